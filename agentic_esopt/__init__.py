@@ -1,0 +1,1 @@
+"""agentic_esopt: evolution strategies for fine-tuning LLM agents, in JAX."""

@@ -1,0 +1,37 @@
+"""agentic_esopt: evolution strategies for fine-tuning LLM agents, in JAX."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="agentic_esopt",
+    version="0.1.0",
+    description="Full-parameter ES fine-tuning of multi-turn LLM agents in JAX.",
+    python_requires=">=3.11",
+    packages=find_packages(include=["agentic_esopt", "agentic_esopt.*", "experiments"]),
+    install_requires=[
+        "jax>=0.7",
+        "flax>=0.10",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        "transformers>=4.50",
+        "tokenizers>=0.21",
+        "safetensors>=0.4",
+        "gguf>=0.16",
+        "chex>=0.1.89",
+        "absl-py>=2.1",
+        "numpy>=1.26",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+        "tensorboardX>=2.6",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
+            "torch==2.13.0",
+        ],
+    },
+)
