@@ -1,0 +1,181 @@
+"""The rollout engine with fake policies (no model), prompts, and the model-policy adapter."""
+
+import itertools
+
+import jax
+import numpy as np
+import pytest
+
+from agentic_esopt import models
+from agentic_esopt.agents import prompts, rollout
+from agentic_esopt.envs import sudoku
+from agentic_esopt.envs.base import StepResult
+
+TASKS = (sudoku.generate_tasks(1, 4, 2, seed=0, split="train")
+         + sudoku.generate_tasks(1, 4, 4, seed=0, split="train"))
+
+
+class OracleForMemberZero:
+    """Member 0 plays the solution (blanks in row-major order); other members babble.
+
+    Stands in for "member i's parameters": only member 0's rows can ever be solved.
+    """
+
+    def __init__(self, tasks):
+        self.tasks = tasks
+        self.calls = []
+
+    def __call__(self, conversations, members):
+        self.calls.append(list(members))
+        return [self.reply(c) if m == 0 else f"member {m} thinks" for c, m in
+                zip(conversations, members)]
+
+    def reply(self, conversation):
+        opening = next(m["content"] for m in conversation if m["role"] == "user")
+        task, = [t for t in self.tasks if sudoku.render_board(t.puzzle) in opening]
+        played = sum(m["role"] == "assistant" for m in conversation)
+        r, c = [(r, c) for r, c in itertools.product(range(task.size), repeat=2)
+                if task.puzzle[r][c] == 0][played]
+        return f"<answer>set {r + 1} {c + 1} {task.solution[r][c]}</answer>"
+
+
+def run(policy, members=(0, 1, 2), **kwargs):
+    return rollout.run_episodes(sudoku.SudokuEnv, TASKS, policy, members,
+                                system_prompt="You play Sudoku.", generation=3, **kwargs)
+
+
+def test_rows_act_with_their_own_member_and_finished_rows_drop_out():
+    policy = OracleForMemberZero(TASKS)
+    trajectories = run(policy)
+    # Member 0 solves the H*=2 and H*=4 tasks in 2 and 4 turns; members 1 and 2 use all
+    # 3·H* turns (6 and 12). One policy call per turn covers every active row.
+    assert [len(call) for call in policy.calls] == [6, 6, 5, 5, 4, 4] + [2] * 6
+    assert policy.calls[0] == [0, 0, 1, 1, 2, 2] and policy.calls[-1] == [1, 2]
+    assert [(t.member, t.task_id) for t in trajectories] == [
+        (m, task.id) for m in (0, 1, 2) for task in TASKS]
+    assert [t.num_turns for t in trajectories] == [2, 4, 6, 12, 6, 12]
+    assert [t.solved for t in trajectories] == [True, True] + [False] * 4
+    np.testing.assert_array_equal(rollout.member_rewards(trajectories, 3), [1.0, 0.0, 0.0])
+
+
+def test_trajectory_records_the_conversation():
+    trajectory = run(OracleForMemberZero(TASKS), members=[0])[0]
+    assert trajectory.generation == 3 and trajectory.rewards == [0.0, 1.0]
+    assert trajectory.total_reward == 1.0 and trajectory.info["solved"]
+    roles = [m["role"] for m in trajectory.messages]
+    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert [m["content"] for m in trajectory.messages[2::2]] == trajectory.actions
+    assert "solved" in trajectory.messages[-1]["content"]
+
+
+def test_max_turns_caps_every_episode():
+    policy = OracleForMemberZero(TASKS)
+    trajectories = run(policy, max_turns=3)
+    assert [t.num_turns for t in trajectories] == [2, 3, 3, 3, 3, 3]
+    assert len(policy.calls) == 3
+
+
+def test_member_rewards_average_over_tasks():
+    def reward_for(member, total):
+        return rollout.Trajectory(member=member, task_id="t", generation=0, messages=[],
+                                  actions=[], rewards=[total], total_reward=total,
+                                  num_turns=1, solved=False, info={})
+
+    trajectories = [reward_for(0, 1.0), reward_for(1, 0.5), reward_for(0, 0.0),
+                    reward_for(1, 0.25)]
+    np.testing.assert_allclose(rollout.member_rewards(trajectories, 2), [0.5, 0.375])
+    with pytest.raises(ValueError, match=r"members without trajectories: \[2\]"):
+        rollout.member_rewards(trajectories, 3)
+    with pytest.raises(ValueError, match="outside a population of 1"):
+        rollout.member_rewards(trajectories, 1)
+
+
+def test_trajectories_are_appended_as_jsonl(tmp_path):
+    path = tmp_path / "runs" / "trajectories.jsonl"
+    first = run(OracleForMemberZero(TASKS), trajectory_path=path)
+    second = run(OracleForMemberZero(TASKS), members=[1], trajectory_path=path)
+    assert len(path.read_text().splitlines()) == 8
+    assert rollout.read_trajectories(path) == first + second
+
+
+class NeverEnds:
+    def reset(self, task, *, max_turns=None):
+        return "go"
+
+    def step(self, action_text):
+        return StepResult("again", 0.0, False, {})
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(members=[]), ValueError, "at least one member"),
+    (dict(members=[0, 0]), ValueError, "distinct"),
+    (dict(max_turns=0), ValueError, "max_turns must be"),
+])
+def test_bad_arguments(kwargs, error, message):
+    kwargs = {"members": [0], **kwargs}
+    with pytest.raises(error, match=message):
+        rollout.run_episodes(sudoku.SudokuEnv, TASKS, OracleForMemberZero(TASKS), **kwargs)
+
+
+def test_policy_and_environment_contract_violations_are_errors():
+    with pytest.raises(ValueError, match="policy must return 2 strings"):
+        rollout.run_episodes(sudoku.SudokuEnv, TASKS, lambda c, m: ["set 1 1 1"], [0])
+    with pytest.raises(RuntimeError, match="did not end its episodes within max_turns=4"):
+        rollout.run_episodes(NeverEnds, TASKS, lambda c, m: ["x"] * len(c), [0], max_turns=4)
+
+
+def test_trim_history_keeps_system_first_observation_and_last_turns():
+    messages = prompts.initial_messages("sys", "obs0")
+    for turn in range(1, 4):
+        messages = prompts.add_turn(messages, f"act{turn}", f"obs{turn}")
+    contents = [m["content"] for m in prompts.trim_history(messages, 1)]
+    assert contents == ["sys", "obs0", "act3", "obs3"]
+    assert prompts.trim_history(messages, 10) == messages == prompts.trim_history(messages, None)
+    no_system = prompts.initial_messages(None, "obs0") + messages[2:]
+    assert [m["content"] for m in prompts.trim_history(no_system, 2)] == [
+        "obs0", "act2", "obs2", "act3", "obs3"]
+    with pytest.raises(ValueError, match="keep_turns"):
+        prompts.trim_history(messages, 0)
+
+
+class FakeTokenizer:
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        assert add_generation_prompt and not tokenize
+        return "|".join(f"{m['role']}:{m['content']}" for m in messages) + "|assistant:"
+
+
+class FakeModel:
+    tokenizer = FakeTokenizer()
+
+
+def test_model_policy_templates_trims_and_routes_members(monkeypatch):
+    calls = []
+
+    def fake_generate(model, prompts_, **kwargs):
+        calls.append((prompts_, kwargs))
+        return type("Out", (), {"texts": [f"reply {i}" for i in range(len(prompts_))]})()
+
+    monkeypatch.setattr(models, "generate", fake_generate, raising=False)
+    population = object()
+    policy = rollout.make_model_policy(FakeModel(), population, max_new_tokens=7,
+                                       temperature=0.5, key=jax.random.key(0),
+                                       history_turns=1)
+    long = prompts.add_turn(prompts.initial_messages("sys", "o0"), "a1", "o1")
+    long = prompts.add_turn(long, "a2", "o2")
+    replies = policy([long, prompts.initial_messages("sys", "o0")], [3, 1])
+    policy([long], [0])
+    assert replies == ["reply 0", "reply 1"]
+    (first_prompts, first), (_, second) = calls
+    assert first_prompts == ["system:sys|user:o0|assistant:a2|user:o2|assistant:",
+                             "system:sys|user:o0|assistant:"]
+    assert first["population"] is population and first["max_new_tokens"] == 7
+    np.testing.assert_array_equal(first["members"], [3, 1])
+    assert first["temperature"] == 0.5
+    assert not np.array_equal(jax.random.key_data(first["key"]),
+                              jax.random.key_data(second["key"]))
+
+    greedy = rollout.make_model_policy(FakeModel(), None, max_new_tokens=7)
+    greedy([long], [5])
+    assert calls[-1][1]["members"] is None and calls[-1][1]["key"] is None
+    with pytest.raises(ValueError, match="needs a key"):
+        rollout.make_model_policy(FakeModel(), None, max_new_tokens=7, temperature=1.0)
