@@ -32,6 +32,7 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6.29",
             "torch==2.13.0",
+            "accelerate>=1.0",  # transformers needs it to load a GGUF (test reference only)
         ],
     },
 )

@@ -125,7 +125,8 @@ def generation_keys(run_key: jax.Array, generation: jax.Array, population_size: 
     return keys, signs
 
 
-def _leaf_key(member_key: jax.Array, path_string: str) -> jax.Array:
+def leaf_key(member_key: jax.Array, path_string: str) -> jax.Array:
+    """The typed key of one member's noise for one leaf."""
     return jax.random.fold_in(jax.random.wrap_key_data(member_key), path_id(path_string))
 
 
@@ -142,7 +143,7 @@ def lowrank_factors(key: jax.Array, shape: tuple[int, ...], rank: int
 def leaf_noise(member_key: jax.Array, path_string: str, shape: tuple[int, ...],
                noise: str, rank: int) -> jax.Array:
     """Member's unit-scale noise ε for one leaf, materialised in float32."""
-    key = _leaf_key(member_key, path_string)
+    key = leaf_key(member_key, path_string)
     if noise == "lowrank" and is_matrix(path_string, shape):
         a, b = lowrank_factors(key, shape, rank)
         return jnp.einsum("...ir,...or->...io", a, b) / jnp.sqrt(jnp.float32(rank))
@@ -190,7 +191,7 @@ def population_factors(population: Population, params: PyTree) -> PyTree:
         if not in_scope(population.scope, path_string, leaf):
             return None
         shape = tuple(leaf.shape)
-        keys = jax.vmap(lambda k: _leaf_key(k, path_string))(population.keys)
+        keys = jax.vmap(lambda k: leaf_key(k, path_string))(population.keys)
         if is_matrix(path_string, shape):
             a, b = jax.vmap(lambda k: lowrank_factors(k, shape, population.rank))(keys)
             return LowRank(a * (scales / root_rank).reshape((-1,) + (1,) * (a.ndim - 1)), b)

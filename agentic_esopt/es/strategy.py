@@ -77,6 +77,8 @@ def raw_key(key: jax.Array | int) -> jax.Array:
 def _estimate_leaf(path_string: str, leaf: jax.Array, keys: jax.Array, coeffs: jax.Array,
                    noise: str, rank: int) -> jax.Array:
     """Σ_j coeffs_j ε_j for one leaf, regenerating one member's noise per loop step."""
+    if noise == "lowrank" and noise_lib.is_matrix(path_string, leaf.shape):
+        return _estimate_lowrank_leaf(path_string, leaf.shape, keys, coeffs, rank)
 
     def add_member(j, total):
         return total + coeffs[j] * noise_lib.leaf_noise(keys[j], path_string, leaf.shape,
@@ -84,6 +86,33 @@ def _estimate_leaf(path_string: str, leaf: jax.Array, keys: jax.Array, coeffs: j
 
     return jax.lax.fori_loop(0, keys.shape[0], add_member,
                              jnp.zeros(leaf.shape, jnp.float32))
+
+
+def _estimate_lowrank_leaf(path_string: str, shape: tuple[int, ...], keys: jax.Array,
+                           coeffs: jax.Array, rank: int) -> jax.Array:
+    """Σ_j coeffs_j A_j B_jᵀ/√r as matmuls over chunks of members.
+
+    A chunk's factors hold at most one leaf's worth of numbers, so memory stays O(leaf)
+    while each step is one (in × chunk·r) @ (chunk·r × out) matmul.
+    """
+    *_, n_in, n_out = shape
+    size = keys.shape[0]
+    chunk = max(1, min(size, (n_in * n_out) // ((n_in + n_out) * rank)))
+    num_chunks = -(-size // chunk)
+    padding = num_chunks * chunk - size
+    keys = jnp.concatenate([keys, jnp.broadcast_to(keys[:1], (padding, 2))])
+    coeffs = jnp.concatenate([coeffs, jnp.zeros((padding,), coeffs.dtype)])
+    keys = keys.reshape(num_chunks, chunk, 2)
+    coeffs = coeffs.reshape(num_chunks, chunk) / jnp.sqrt(jnp.float32(rank))
+
+    def add_chunk(j, total):
+        factors = jax.vmap(lambda k: noise_lib.lowrank_factors(
+            noise_lib.leaf_key(k, path_string), shape, rank))(keys[j])
+        a, b = factors
+        a = a * coeffs[j].reshape((-1,) + (1,) * (a.ndim - 1))
+        return total + jnp.einsum("c...ir,c...or->...io", a, b)
+
+    return jax.lax.fori_loop(0, num_chunks, add_chunk, jnp.zeros(shape, jnp.float32))
 
 
 def agentic_esopt(population_size: int,
