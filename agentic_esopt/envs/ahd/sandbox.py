@@ -1,0 +1,385 @@
+"""Runs LLM-written heuristics in a separate, limited, network-less process group.
+
+`run_candidate` writes a job into a private temporary directory and starts
+``_sandbox_child.py`` (see its docstring for what happens inside) with its own process
+group, stdin closed and stdout+stderr captured through a pipe. The parent enforces:
+
+* a wall-clock timeout, after which the whole process group is SIGKILLed;
+* an output cap: reading stops and the group is killed once it is exceeded;
+* cleanup: the process group is killed and reaped even after a normal exit. When the
+  parent is root, every run gets its own random unprivileged uid, so RLIMIT_NPROC
+  counts only that run's processes, and afterwards the parent also kills every
+  process of that uid (even ones that left the group; their existence fails the
+  candidate) and deletes anything that uid created at the top of the world-writable
+  temporary directories;
+* the temporary directory (job file and the candidate's working directory) is removed.
+
+A candidate fails, with a reason, on: syntax errors, a missing function, exceptions
+(including ``SystemExit`` and the task's ``InvalidHeuristicOutput``), a non-finite or
+non-numeric objective, any action the sandbox blocks, a timeout, exceeding the CPU,
+memory or output limits, or dying without a result.
+"""
+
+import concurrent.futures
+import dataclasses
+import json
+import os
+import pickle
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from agentic_esopt.envs.ahd import _sandbox_child
+
+_CHILD_SCRIPT = _sandbox_child.__file__
+_READ_CHUNK = 1 << 16
+_TAIL_BYTES = 4096
+_MAX_RESULT_BYTES = 1 << 16
+_POLL_S = 0.05
+_KILL_ROUNDS = 50
+_SANDBOX_UIDS = (1 << 20, 1 << 30)  # [low, high): far from any real account
+_SHARED_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+_CHILD_ENV_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                      "NUMEXPR_NUM_THREADS")
+
+
+class InstanceSpec(NamedTuple):
+    """Instances generated inside the child by ``task.generate_instances(size, n, seed)``."""
+
+    size: int
+    n: int
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Outcome of one candidate.
+
+    Attributes:
+      valid: whether the candidate produced a finite objective without violations.
+      objective: the task's objective (mean over instances) when valid, else None.
+      error: why the candidate failed, else None.
+      stdout_tail: the last few KiB of its stdout+stderr.
+      wall_s: wall-clock seconds from start to reaping.
+    """
+
+    valid: bool
+    objective: float | None
+    error: str | None
+    stdout_tail: str
+    wall_s: float
+
+
+def _check_limits(timeout_s, cpu_s, memory_mb, max_output_bytes, max_file_mb,
+                  max_processes, max_open_files):
+    positive = dict(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb,
+                    max_output_bytes=max_output_bytes, max_processes=max_processes)
+    for name, value in positive.items():
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value!r}")
+    if max_file_mb < 0:
+        raise ValueError(f"max_file_mb must be non-negative, got {max_file_mb!r}")
+    if max_open_files < 16:
+        raise ValueError(f"max_open_files must be at least 16, got {max_open_files!r}")
+
+
+def _check_call(source, function_name, task_name):
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a str, got {type(source).__name__}")
+    if not (isinstance(function_name, str) and function_name.isidentifier()):
+        raise ValueError(f"function_name must be a Python identifier, got {function_name!r}")
+    _sandbox_child.resolve_task(task_name)  # fails fast, in the caller, on a bad name
+
+
+def _write_job(job_dir, job, instances_spec, evaluate_options):
+    """Writes the job and its pickled payload (root-only when running as root)."""
+    if isinstance(instances_spec, InstanceSpec):
+        payload = {"generate": tuple(instances_spec)}
+    else:
+        payload = {"instances": instances_spec}
+    payload["options"] = dict(evaluate_options or {})
+    job["payload"] = os.path.join(job_dir, "payload.pkl")
+    _write_private(job["payload"], pickle.dumps(payload, pickle.HIGHEST_PROTOCOL))
+    job_path = os.path.join(job_dir, "job.json")
+    _write_private(job_path, json.dumps(job).encode("utf-8"))
+    return job_path
+
+
+def _write_private(path, data):
+    """Creates `path` readable by its owner only (the candidate must not see the job)."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+        file.write(data)
+
+
+def _child_env(workdir):
+    env = {"PATH": os.defpath, "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+           "JAX_PLATFORMS": "cpu"}  # should a task import jax, it never touches a GPU
+    env.update({name: "1" for name in _CHILD_ENV_THREADS})
+    return env
+
+
+class _Capture:
+    """Reads the child's output (keeping a tail) and result pipe, with byte caps."""
+
+    def __init__(self, output_fd, result_fd, max_output_bytes):
+        self.tail = b""
+        self.output_bytes = 0
+        self.result = b""
+        self._max_output_bytes = max_output_bytes
+        self._selector = selectors.DefaultSelector()
+        for fd in (output_fd, result_fd):
+            os.set_blocking(fd, False)
+            self._selector.register(fd, selectors.EVENT_READ)
+        self._result_fd = result_fd
+
+    @property
+    def overflowed(self):
+        return self.output_bytes > self._max_output_bytes
+
+    @property
+    def open(self):
+        return bool(self._selector.get_map())
+
+    def poll(self, timeout_s):
+        """Reads whatever arrives within `timeout_s`."""
+        for key, _ in self._selector.select(timeout_s):
+            self._read(key.fd)
+
+    def drain(self):
+        """Reads what is buffered without waiting (writers may be dead or stuck)."""
+        for fd in list(self._selector.get_map()):
+            while fd in self._selector.get_map() and not self.overflowed:
+                if not self._read(fd):
+                    break
+        self._selector.close()
+
+    def _read(self, fd):
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            self._selector.unregister(fd)
+            return False
+        if fd == self._result_fd:
+            self.result = (self.result + chunk)[:_MAX_RESULT_BYTES]
+        else:
+            self.output_bytes += len(chunk)
+            self.tail = (self.tail + chunk)[-_TAIL_BYTES:]
+        return True
+
+
+def _has_exited(pid):
+    """Whether the child has exited, without reaping it (its pgid stays reserved)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _user_pids(uid):
+    """Live (non-zombie) processes whose real or effective uid is `uid`."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", encoding="utf-8") as file:
+                fields = dict(line.split(":", 1) for line in file if ":" in line)
+        except OSError:
+            continue
+        uids = fields.get("Uid", "").split()[:2]
+        if str(uid) in uids and not fields.get("State", "").strip().startswith("Z"):
+            pids.append(int(name))
+    return pids
+
+
+def _kill_everything(pgid, uid):
+    """SIGKILLs the process group and, when known, every process of the sandbox uid."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for _ in range(_KILL_ROUNDS):  # later rounds catch processes forked meanwhile
+        pids = [] if uid is None else _user_pids(uid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.01)
+
+
+def _remove_files_of(uid):
+    """Deletes what `uid` created at the top of the shared temporary directories."""
+    for directory in _SHARED_TEMP_DIRS:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
+
+
+def _exit_reason(returncode):
+    if returncode < 0:
+        return f"killed by signal {-returncode} ({signal.strsignal(-returncode)})"
+    return f"exited with code {returncode}"
+
+
+def _parse_result(raw, nonce):
+    """The child's (valid, objective, error) report, or None when absent or forged."""
+    try:
+        report = json.loads(raw.decode("utf-8").splitlines()[-1])
+    except (UnicodeDecodeError, ValueError, IndexError):
+        return None
+    if not isinstance(report, dict) or report.get("nonce") != nonce:
+        return None
+    return report
+
+
+def _verdict(report, returncode, capture, timed_out, timeout_s, max_output_bytes,
+             num_strays):
+    """(valid, objective, error) from everything observed about the run."""
+    if capture.overflowed:
+        return False, None, f"output exceeded {max_output_bytes} bytes"
+    if num_strays:
+        return False, None, f"started {num_strays} process(es) that outlived the check"
+    if report is None:
+        if timed_out:
+            return False, None, f"timed out after {timeout_s:g} s (wall clock)"
+        return False, None, f"no result: {_exit_reason(returncode)}"
+    if report["valid"]:
+        return True, float(report["objective"]), None
+    return False, None, str(report["error"])
+
+
+def run_candidate(source: str, function_name: str, task_name: str, instances_spec: Any,
+                  *, evaluate_options: Mapping[str, Any] | None = None,
+                  timeout_s: float = 10.0, memory_mb: int = 1024,
+                  cpu_s: float | None = None, max_output_bytes: int = 1 << 20,
+                  max_file_mb: int = 16, max_processes: int = 4,
+                  max_open_files: int = 64) -> Result:
+    """Evaluates one candidate heuristic in the sandbox.
+
+    Args:
+      source: Python source that defines `function_name`.
+      function_name: the heuristic's name in the task interface.
+      task_name: a name in ``agentic_esopt.envs.ahd.tasks.TASKS`` or a
+        ``"package.module:attribute"`` path to an object with the same
+        ``generate_instances(size, n, seed)`` and ``evaluate(fn, instances)`` methods.
+      instances_spec: an `InstanceSpec` (instances generated in the child) or the
+        instances themselves (pickled to the child).
+      evaluate_options: keyword arguments for ``task.evaluate`` (pickled), e.g.
+        ``{"settings": aco.FAST_SETTINGS}`` for the ACO tasks.
+      timeout_s: wall-clock limit; the whole process group is killed after it.
+      memory_mb: address-space limit (RLIMIT_AS).
+      cpu_s: CPU-time limit (RLIMIT_CPU); defaults to `timeout_s`.
+      max_output_bytes: stdout+stderr cap; the run fails and is killed beyond it.
+      max_file_mb: largest file the candidate may write (RLIMIT_FSIZE).
+      max_processes: RLIMIT_NPROC (threads count too). It binds per run when the
+        caller is root (each run gets its own uid); otherwise it counts all of the
+        caller's processes, which usually means the candidate cannot fork at all.
+      max_open_files: RLIMIT_NOFILE.
+
+    Returns:
+      The `Result`. Candidate failures never raise; bad arguments do.
+    """
+    cpu_s = timeout_s if cpu_s is None else cpu_s
+    _check_limits(timeout_s, cpu_s, memory_mb, max_output_bytes, max_file_mb,
+                  max_processes, max_open_files)
+    _check_call(source, function_name, task_name)
+    low, high = _SANDBOX_UIDS
+    uid = low + secrets.randbelow(high - low) if os.geteuid() == 0 else None
+    nonce = secrets.token_hex(16)
+    job_dir = tempfile.mkdtemp(prefix="ahd_sandbox_")
+    try:
+        os.chmod(job_dir, 0o711)  # the sandbox uid may enter, not list
+        workdir = os.path.join(job_dir, "work")
+        os.mkdir(workdir, 0o700)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        job = dict(source=source, function_name=function_name, task=task_name, uid=uid,
+                   nonce=nonce, workdir=workdir,
+                   sys_path=[os.path.abspath(entry) for entry in sys.path],
+                   limits=dict(cpu_s=cpu_s, memory_mb=memory_mb, max_file_mb=max_file_mb,
+                               max_processes=max_processes,
+                               max_open_files=max_open_files))
+        job_path = _write_job(job_dir, job, instances_spec, evaluate_options)
+        return _supervise(job_path, workdir, uid, nonce, timeout_s, max_output_bytes)
+    finally:
+        if uid is not None:
+            _remove_files_of(uid)
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _supervise(job_path, workdir, uid, nonce, timeout_s, max_output_bytes):
+    """Starts the child, watches it until exit/timeout/overflow, kills and reaps."""
+    result_read, result_write = os.pipe()
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-I", "-B", _CHILD_SCRIPT, job_path, str(result_write)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            pass_fds=(result_write,), cwd=workdir, env=_child_env(workdir),
+            start_new_session=True)
+    finally:
+        os.close(result_write)
+    capture = _Capture(proc.stdout.fileno(), result_read, max_output_bytes)
+    deadline = start + timeout_s
+    timed_out = False
+    try:
+        while capture.open and not capture.overflowed and not _has_exited(proc.pid):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            capture.poll(min(remaining, _POLL_S))
+    finally:
+        strays = [] if uid is None else [p for p in _user_pids(uid) if p != proc.pid]
+        _kill_everything(proc.pid, uid)
+        capture.drain()
+        returncode = proc.wait()
+        proc.stdout.close()
+        os.close(result_read)
+    wall_s = time.monotonic() - start
+    report = _parse_result(capture.result, nonce)
+    valid, objective, error = _verdict(report, returncode, capture, timed_out, timeout_s,
+                                       max_output_bytes, len(strays))
+    tail = capture.tail.decode("utf-8", errors="replace")
+    return Result(valid, objective, error, tail, wall_s)
+
+
+def evaluate_many(sources: Sequence[str], function_name: str, task_name: str,
+                  instances_spec: Any, *, max_workers: int | None = None,
+                  **options: Any) -> list[Result]:
+    """`run_candidate` for each source, `max_workers` (default: CPU count) at a time.
+
+    Args:
+      sources, function_name, task_name, instances_spec: as for `run_candidate`.
+      max_workers: candidates run at once (threads, each waiting on one child).
+      **options: the keyword arguments of `run_candidate` (limits, evaluate_options).
+
+    Returns:
+      One `Result` per source, in order.
+    """
+    if not sources:
+        return []
+    max_workers = max_workers or os.cpu_count() or 1
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max_workers) as pool:
+        futures = [pool.submit(run_candidate, source, function_name, task_name,
+                               instances_spec, **options) for source in sources]
+        return [future.result() for future in futures]
