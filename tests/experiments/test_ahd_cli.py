@@ -1,0 +1,93 @@
+"""The AHD launchers: --score_program, flag checks before compute, a tiny end-to-end run."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from agentic_esopt.envs.ahd import tasks
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KP = tasks.TASKS["kp_constructive"]
+SCORE_FLAGS = ["--task=kp_constructive", "--size=20", "--eval_size=3", "--timeout_s=3"]
+
+
+def launch(module, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def score(tmp_path, source):
+    program = tmp_path / "program.py"
+    program.write_text(source)
+    result = launch("experiments.ahd", *SCORE_FLAGS, f"--score_program={program}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    scored = json.loads(lines[0])
+    assert set(scored) == {"valid", "objective", "error"}
+    return scored
+
+
+def test_score_program_on_a_good_program(tmp_path):
+    scored = score(tmp_path, KP.seed_heuristic_source)
+    expected = KP.baseline(KP.generate_instances(20, 3, seed=1))
+    assert scored == {"valid": True, "objective": pytest.approx(expected), "error": None}
+
+
+def test_score_program_on_a_broken_program(tmp_path):
+    scored = score(tmp_path, "def select_next_item(remaining_capacity, weights, values)\n")
+    assert scored["valid"] is False and scored["objective"] is None
+    assert "SyntaxError" in scored["error"] or "syntax" in scored["error"].lower()
+
+
+def test_score_program_on_a_hostile_program(tmp_path):
+    scored = score(tmp_path, textwrap.dedent("""\
+        print("noise on stdout")
+        def select_next_item(remaining_capacity, weights, values):
+            while True:
+                pass
+        """))
+    assert scored["valid"] is False and scored["objective"] is None
+    assert "timed out" in scored["error"] or "CPU" in scored["error"]
+
+
+@pytest.mark.parametrize("module, args, message", [
+    ("experiments.ahd", ["--method=eoh_plus"], "unknown method 'eoh_plus'"),
+    ("experiments.ahd", ["--budget=0", "--top_p=2"], "budget must be >= 1"),
+    ("experiments.ahd", ["--anchor_data=/nowhere"], "anchor_data has no"),
+    ("experiments.ahd", ["--score_program=/nowhere.py"], "no file '/nowhere.py'"),
+    ("experiments.ahd_grid", ["--tasks=tsp_constructive:big"], "must be an integer"),
+    ("experiments.ahd_grid", ["--methods=sample,eoh_x"], "unknown method 'eoh_x'"),
+])
+def test_bad_flags_fail_before_any_compute(tmp_path, module, args, message):
+    workdir = tmp_path / "run"
+    result = launch(module, f"--workdir={workdir}", *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert result.stdout == "" and not workdir.exists()
+
+
+def test_tiny_model_run_end_to_end(tmp_path):
+    workdir = tmp_path / "run"
+    result = launch("experiments.ahd", "--model=tiny", "--method=sample_es",
+                    "--population_size=2", "--budget=2", "--max_new_tokens=8",
+                    "--task=kp_constructive", "--size=20", "--train_size=2",
+                    "--eval_size=2", f"--workdir={workdir}", timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    summary = json.loads(lines[0])
+    assert summary["calls_used"] == 2 and summary["programs"] == 2
+    assert summary["es_generations"] == 1 and summary["method"] == "sample_es"
+    assert summary["baseline_eval_objective"] == pytest.approx(
+        KP.baseline(KP.generate_instances(20, 2, seed=1)))
+    assert summary["wall_s"] > 0
+    for name in ("run.json", "programs.jsonl", "state.json", "metrics.jsonl",
+                 "history.jsonl", "es_state_2.npz", "summary.json"):
+        assert (workdir / name).exists(), name
+    with open(workdir / "summary.json", encoding="utf-8") as file:
+        assert json.load(file) == summary
