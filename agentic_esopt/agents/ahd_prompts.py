@@ -93,7 +93,8 @@ def _output_format(function_name: str) -> str:
     return (f"Answer with exactly two parts. First, one sentence describing the idea of "
             f"your heuristic, inside curly braces: {{...}}. Then one Python code block "
             f"(```python ... ```) that defines `{function_name}` with exactly the "
-            f"interface above; it may import numpy and the Python standard library. "
+            f"interface above; `numpy` (as `np`) and `math` are already imported, and it "
+            f"may import other standard-library modules. "
             f"Write nothing after the code block.")
 
 

@@ -152,7 +152,8 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
 
 def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
                       temperature: float = 0.0, key: jax.Array | None = None,
-                      history_turns: int | None = None) -> Policy:
+                      history_turns: int | None = None, reply_prefix: str = "",
+                      stop: tuple[str, ...] = ()) -> Policy:
     """A policy that chat-templates each conversation and calls ``models.generate``.
 
     Args:
@@ -162,6 +163,10 @@ def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
       temperature: 0 is greedy.
       key: sampling key (required when temperature > 0); call k uses fold_in(key, k).
       history_turns: keep only the last k turns in each prompt (None keeps all).
+      reply_prefix: text that opens every reply (e.g. "set "): appended to the prompt
+        after the generation prompt, and part of the returned reply. It steers small
+        models into the action format.
+      stop: stop strings ending a reply early.
 
     Returns:
       ``policy(conversations, members) -> replies``.
@@ -176,13 +181,13 @@ def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
     def policy(conversations: list[list[Message]], members: list[int]) -> list[str]:
         prompts = [model.tokenizer.apply_chat_template(trim_history(c, history_turns),
                                                        add_generation_prompt=True,
-                                                       tokenize=False)
+                                                       tokenize=False) + reply_prefix
                    for c in conversations]
         call_key = None if key is None else jax.random.fold_in(key, next(call_index))
         output = models.generate(
             model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-            key=call_key, population=population,
+            key=call_key, population=population, stop=stop or None,
             members=None if population is None else np.asarray(members, dtype=np.int32))
-        return list(output.texts)
+        return [reply_prefix + text for text in output.texts]
 
     return policy

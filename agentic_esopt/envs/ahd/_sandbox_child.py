@@ -227,7 +227,10 @@ def _finite_objective(value):
 
 def _evaluate_candidate(source, function_name, task, instances, options, guard):
     """Runs the candidate; returns (objective, error) with exactly one of them set."""
-    namespace = {"__name__": "candidate", "__builtins__": builtins}
+    import numpy  # pylint: disable=import-outside-toplevel  # Loaded with the task already.
+    # Small models often use np without importing it; the prompt says np is available.
+    namespace = {"__name__": "candidate", "__builtins__": builtins, "np": numpy,
+                 "math": math}
     objective, error = None, None
     try:
         exec(compile(source, "<candidate>", "exec"), namespace)
