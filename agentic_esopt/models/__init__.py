@@ -1,0 +1,9 @@
+"""Decoder-only LLMs as pure functions of a params pytree, with population-aware inference."""
+
+from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models.decoder import init_params
+from agentic_esopt.models.loading import Model, load
+from agentic_esopt.models.sampling import GenerationOutput, generate, logits
+
+__all__ = ["GenerationOutput", "Model", "ModelConfig", "generate", "init_params", "load",
+           "logits"]

@@ -1,0 +1,204 @@
+"""Model configuration parsed from a Hugging Face `config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeConfig:
+    """Rotary position embedding settings.
+
+    Attributes:
+        theta: base wavelength.
+        kind: "default", "linear" (positions divided by `factor`) or "llama3"
+            (Llama-3.1 frequency-dependent scaling).
+        factor: scaling factor ("linear" and "llama3").
+        low_freq_factor: Llama-3 low-frequency factor.
+        high_freq_factor: Llama-3 high-frequency factor.
+        original_max_position_embeddings: Llama-3 original context length.
+    """
+
+    theta: float = 10000.0
+    kind: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Static description of a decoder-only transformer (hashable, jit-static).
+
+    Attributes:
+        model_type: "llama", "qwen2" or "qwen3".
+        vocab_size: rows of the embedding table.
+        hidden_size: residual width d.
+        intermediate_size: MLP width.
+        num_layers: number of decoder layers L.
+        num_heads: query heads H.
+        num_kv_heads: key/value heads (GQA when < num_heads).
+        head_dim: per-head width (may differ from d / H).
+        rms_norm_eps: RMSNorm epsilon.
+        rope: rotary embedding settings.
+        tie_word_embeddings: whether the LM head reuses the embedding table.
+        qkv_bias: q/k/v projections have biases.
+        o_bias: the attention output projection has a bias.
+        mlp_bias: gate/up/down projections have biases.
+        qk_norm: RMSNorm on each query/key head before RoPE (Qwen3).
+        max_position_embeddings: trained context length.
+        eos_token_ids: token ids that end generation.
+        bos_token_id: beginning-of-sequence id, if any.
+        pad_token_id: padding id, if any.
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = RopeConfig()
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    max_position_embeddings: int = 2048
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+    pad_token_id: int | None = None
+
+    def __post_init__(self):
+        _check_model_type(self.model_type)
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of "
+                             f"num_kv_heads={self.num_kv_heads}.")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings.")
+
+    @classmethod
+    def from_hf(cls, config: Mapping[str, Any] | str | os.PathLike) -> ModelConfig:
+        """Builds a config from a HF `config.json` dict, file path or checkpoint directory."""
+        if not isinstance(config, Mapping):
+            config = read_hf_config(config)
+        return from_hf_dict(config)
+
+
+def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
+    """Reads `config.json` from a file path or a checkpoint directory."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No HF config.json at {path!r}.")
+    with open(path) as f:
+        return json.load(f)
+
+
+def from_hf_dict(hf: Mapping[str, Any]) -> ModelConfig:
+    """Translates a HF config dict (transformers 4 or 5 layout) into a `ModelConfig`."""
+    model_type = hf.get("model_type")
+    _check_model_type(model_type)
+    _check_unsupported_features(hf)
+    num_heads = _required(hf, "num_attention_heads")
+    hidden_size = _required(hf, "hidden_size")
+    default_head_dim = 128 if model_type == "qwen3" else hidden_size // num_heads
+    attention_bias = bool(hf.get("attention_bias", False))
+    return ModelConfig(
+        model_type=model_type,
+        vocab_size=_required(hf, "vocab_size"),
+        hidden_size=hidden_size,
+        intermediate_size=_required(hf, "intermediate_size"),
+        num_layers=_required(hf, "num_hidden_layers"),
+        num_heads=num_heads,
+        num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+        head_dim=hf.get("head_dim") or default_head_dim,
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        rope=rope_from_hf(hf),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        qkv_bias=model_type == "qwen2" or attention_bias,
+        o_bias=model_type != "qwen2" and attention_bias,
+        mlp_bias=bool(hf.get("mlp_bias", False)),
+        qk_norm=model_type == "qwen3",
+        max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
+        eos_token_ids=_as_id_tuple(hf.get("eos_token_id")),
+        bos_token_id=_first_id(hf.get("bos_token_id")),
+        pad_token_id=_first_id(hf.get("pad_token_id")),
+    )
+
+
+def rope_from_hf(hf: Mapping[str, Any]) -> RopeConfig:
+    """RoPE settings from `rope_parameters` (transformers 5) or `rope_theta`/`rope_scaling`."""
+    params = dict(hf.get("rope_scaling") or {})
+    params.update(hf.get("rope_parameters") or {})
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(f"Unsupported rope_type {kind!r}; supported: {SUPPORTED_ROPE_TYPES}.")
+    if params.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("partial_rotary_factor != 1 is not supported.")
+    theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
+    if kind == "default":
+        return RopeConfig(theta=float(theta))
+    if "factor" not in params:
+        raise ValueError(f"rope_type {kind!r} needs a 'factor' entry.")
+    if kind == "linear":
+        return RopeConfig(theta=float(theta), kind=kind, factor=float(params["factor"]))
+    missing = [k for k in ("low_freq_factor", "high_freq_factor") if k not in params]
+    if missing:
+        raise ValueError(f"rope_type 'llama3' is missing {missing}.")
+    return RopeConfig(
+        theta=float(theta),
+        kind=kind,
+        factor=float(params["factor"]),
+        low_freq_factor=float(params["low_freq_factor"]),
+        high_freq_factor=float(params["high_freq_factor"]),
+        original_max_position_embeddings=int(params.get(
+            "original_max_position_embeddings", hf.get("max_position_embeddings", 8192))),
+    )
+
+
+def _check_model_type(model_type: Any) -> None:
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"Unsupported model_type {model_type!r}; supported: "
+                         f"{SUPPORTED_MODEL_TYPES}.")
+
+
+def _check_unsupported_features(hf: Mapping[str, Any]) -> None:
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"Unsupported hidden_act {hf['hidden_act']!r}; only 'silu' is "
+                         "implemented.")
+    if hf.get("use_sliding_window", False):
+        raise ValueError("Sliding-window attention (use_sliding_window=true) is not supported.")
+    if hf.get("pretraining_tp", 1) != 1:
+        raise ValueError("pretraining_tp != 1 is not supported.")
+
+
+def _required(hf: Mapping[str, Any], key: str) -> int:
+    if key not in hf or hf[key] is None:
+        raise ValueError(f"config.json is missing required field {key!r}.")
+    return int(hf[key])
+
+
+def _as_id_tuple(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def _first_id(value: Any) -> int | None:
+    ids = _as_id_tuple(value)
+    return ids[0] if ids else None

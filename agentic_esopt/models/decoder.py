@@ -1,0 +1,341 @@
+"""Decoder-only transformer (Llama, Qwen2, Qwen3) as pure functions of a params pytree.
+
+Parameters are a plain nested dict (names follow ``es``' scope conventions):
+
+    embed/embedding (V, d)                 lm_head/kernel (d, V)   (untied models only)
+    final_norm/scale (d,)
+    layers/input_norm/scale (L, d)         layers/post_attn_norm/scale (L, d)
+    layers/attn/{q,k,v,o}_proj/kernel (L, in, out)   [+ bias (L, out)]
+    layers/attn/{q,k}_norm/scale (L, head_dim)        (Qwen3 only)
+    layers/mlp/{gate,up,down}_proj/kernel (L, in, out)
+
+Population perturbations arrive as *row deltas*: a tree with the params' structure whose
+leaves are None (unperturbed), ``es.noise.LowRank`` factors gathered per batch row
+(matrices; a (B, in, r), b (B, out, r)) or dense per-row deltas (B, n) (vectors). Layer
+leaves carry the stacked axis first: (L, B, ...). Every matrix product goes through
+``linear`` (and the embedding lookup through ``embed``), which add row b's low-rank delta
+(x a_b) b_bᵀ without materialising per-member weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import flax.traverse_util
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentic_esopt.es.noise import LowRank
+from agentic_esopt.models.config import ModelConfig, RopeConfig
+
+PyTree = Any
+F32 = jnp.float32
+INIT_STDDEV = 0.02
+_MASKED = float(np.finfo(np.float32).min)
+
+
+class KVCache(NamedTuple):
+    """Stacked key/value cache, each (L, B, S, num_kv_heads, head_dim) in the params dtype."""
+
+    k: jax.Array
+    v: jax.Array
+
+
+def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Flat map from parameter path to shape for a config."""
+    c = config
+    L, d = c.num_layers, c.hidden_size
+    q_out, kv_out = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    shapes = {
+        ("embed", "embedding"): (c.vocab_size, d),
+        ("final_norm", "scale"): (d,),
+        ("layers", "input_norm", "scale"): (L, d),
+        ("layers", "post_attn_norm", "scale"): (L, d),
+    }
+    projections = {
+        ("attn", "q_proj"): (d, q_out, c.qkv_bias),
+        ("attn", "k_proj"): (d, kv_out, c.qkv_bias),
+        ("attn", "v_proj"): (d, kv_out, c.qkv_bias),
+        ("attn", "o_proj"): (q_out, d, c.o_bias),
+        ("mlp", "gate_proj"): (d, c.intermediate_size, c.mlp_bias),
+        ("mlp", "up_proj"): (d, c.intermediate_size, c.mlp_bias),
+        ("mlp", "down_proj"): (c.intermediate_size, d, c.mlp_bias),
+    }
+    for (block, name), (n_in, n_out, bias) in projections.items():
+        shapes[("layers", block, name, "kernel")] = (L, n_in, n_out)
+        if bias:
+            shapes[("layers", block, name, "bias")] = (L, n_out)
+    if c.qk_norm:
+        shapes[("layers", "attn", "q_norm", "scale")] = (L, c.head_dim)
+        shapes[("layers", "attn", "k_norm", "scale")] = (L, c.head_dim)
+    if not c.tie_word_embeddings:
+        shapes[("lm_head", "kernel")] = (d, c.vocab_size)
+    return shapes
+
+
+@functools.partial(jax.jit, static_argnames=("config", "dtype"))
+def init_params(config: ModelConfig, key: jax.Array, dtype: Any = jnp.float32) -> PyTree:
+    """Random parameters: N(0, 0.02²) matrices, unit norm scales, zero biases."""
+    shapes = sorted(param_shapes(config).items())
+    matrices = [(path, shape) for path, shape in shapes if is_matrix_path(path)]
+    sizes = [math.prod(shape) for _, shape in matrices]
+    draws = INIT_STDDEV * jax.random.normal(key, (sum(sizes),), F32)  # One RNG op compiles fast.
+    offsets = np.cumsum([0] + sizes)
+    flat = {path: draws[start:start + math.prod(shape)].reshape(shape).astype(dtype)
+            for (path, shape), start in zip(matrices, offsets)}
+    for path, shape in shapes:
+        if path[-1] == "scale":
+            flat[path] = jnp.ones(shape, dtype)
+        elif path[-1] == "bias":
+            flat[path] = jnp.zeros(shape, dtype)
+    return flax.traverse_util.unflatten_dict(flat)
+
+
+def is_matrix_path(path: tuple[str, ...]) -> bool:
+    """Whether a parameter path names a matrix (kernel or embedding) rather than a vector."""
+    return path[-1] in ("kernel", "embedding")
+
+
+def no_deltas(params: PyTree) -> PyTree:
+    """Row deltas for unperturbed inference: the params' structure with None leaves."""
+    return jax.tree.map(lambda _: None, params)
+
+
+def row_deltas(params: PyTree, factors: PyTree, members: jax.Array) -> PyTree:
+    """Gathers a population's per-member factors into per-row deltas.
+
+    Args:
+      params: the model parameters (only the structure and leaf paths are read).
+      factors: ``es.noise.population_factors(population, params)``.
+      members: (B,) int member index of each batch row.
+
+    Returns:
+      Row deltas (see module docstring): matrices keep ``LowRank`` factors gathered per
+      row, vectors their dense deltas; stacked layer leaves move the row axis after L.
+    """
+
+    def gather(path, _, factor):
+        keys = tuple(k.key for k in path)
+        stacked = keys[0] == "layers"
+        if factor is None:
+            return None
+        if is_matrix_path(keys):
+            return LowRank(*(_gather_rows(x, members, stacked) for x in factor))
+        return _gather_rows(factor, members, stacked)
+
+    return jax.tree_util.tree_map_with_path(gather, params, factors)
+
+
+def _gather_rows(x: jax.Array, members: jax.Array, stacked: bool) -> jax.Array:
+    rows = jnp.take(x, members, axis=0)
+    return jnp.moveaxis(rows, 0, 1) if stacked else rows
+
+
+def linear(x: jax.Array, kernel: jax.Array, delta: LowRank | None = None,
+           out_dtype: Any = None) -> jax.Array:
+    """y = x @ (kernel + a_b b_bᵀ) for each batch row b, without forming a_b b_bᵀ.
+
+    Args:
+      x: (B, ..., in) activations.
+      kernel: (in, out).
+      delta: None, or ``LowRank`` with a (B, in, r) and b (B, out, r) (float32).
+      out_dtype: result dtype (default ``x.dtype``); accumulation is float32.
+    """
+    y = jnp.einsum("...i,io->...o", x, kernel, preferred_element_type=F32)
+    if delta is not None:
+        xa = jnp.einsum("b...i,bir->b...r", x.astype(F32), delta.a)
+        y = y + jnp.einsum("b...r,bor->b...o", xa, delta.b)
+    return y.astype(out_dtype or x.dtype)
+
+
+def embed(tokens: jax.Array, table: jax.Array, delta: LowRank | None = None) -> jax.Array:
+    """Rows of (table + a_b b_bᵀ) for tokens (B, T) -> (B, T, d), without forming the table."""
+    h = jnp.take(table, tokens, axis=0)
+    if delta is None:
+        return h
+    a_rows = jnp.take_along_axis(delta.a, tokens[..., None], axis=1)  # (B, T, r)
+    shift = jnp.einsum("btr,bdr->btd", a_rows, delta.b)
+    return (h.astype(F32) + shift).astype(h.dtype)
+
+
+def transposed(delta: LowRank | None) -> LowRank | None:
+    """The factors of the transposed delta: (a bᵀ)ᵀ = b aᵀ."""
+    return None if delta is None else LowRank(delta.b, delta.a)
+
+
+def row_vector(vector: jax.Array, delta: jax.Array | None, ndim: int) -> jax.Array:
+    """vector (n,) plus row b's delta (B, n), shaped to broadcast against (B, ..., n)."""
+    if delta is None:
+        return vector
+    perturbed = (vector.astype(F32) + delta).astype(vector.dtype)
+    return perturbed.reshape(perturbed.shape[0], *(1,) * (ndim - 2), perturbed.shape[-1])
+
+
+def project(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
+    """A (perturbed) linear layer with optional bias."""
+    y = linear(x, params["kernel"], deltas["kernel"])
+    if "bias" in params:
+        y = y + row_vector(params["bias"], deltas["bias"], y.ndim)
+    return y
+
+
+def rms_norm(x: jax.Array, scale: jax.Array, delta: jax.Array | None, eps: float) -> jax.Array:
+    """RMSNorm normalising in float32, scaled in x's dtype (as transformers does)."""
+    xf = x.astype(F32)
+    normed = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return row_vector(scale, delta, x.ndim) * normed.astype(x.dtype)
+
+
+def rope_inverse_frequencies(head_dim: int, rope: RopeConfig) -> np.ndarray:
+    """(head_dim/2,) float32 inverse frequencies, with linear or Llama-3 scaling."""
+    inv_freq = 1.0 / rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim)
+    inv_freq = inv_freq.astype(np.float32)
+    if rope.kind == "linear":
+        return inv_freq / np.float32(rope.factor)
+    if rope.kind != "llama3":
+        return inv_freq
+    old_len = rope.original_max_position_embeddings
+    low_freq_wavelen = old_len / rope.low_freq_factor
+    high_freq_wavelen = old_len / rope.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq)
+    smooth = (old_len / wavelen - rope.low_freq_factor) / (
+        rope.high_freq_factor - rope.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(config: ModelConfig, positions: jax.Array, dtype: Any
+                ) -> tuple[jax.Array, jax.Array]:
+    """cos and sin (B, T, 1, head_dim) for integer positions (B, T)."""
+    inv_freq = jnp.asarray(rope_inverse_frequencies(config.head_dim, config.rope))
+    angles = positions.astype(F32)[..., None] * inv_freq
+    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+    return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotates (B, T, heads, head_dim) by the rotate-half convention."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Grouped-query attention.
+
+    Args:
+      q: (B, T, H, hd) queries; k, v: (B, S, K, hd) with H a multiple of K.
+      mask: (B, T, S) bool, True where a query may attend to a key.
+
+    Returns:
+      (B, T, H * hd).
+    """
+    B, T, H, hd = q.shape
+    K = k.shape[2]
+    q = q.reshape(B, T, K, H // K, hd)
+    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=F32) / math.sqrt(hd)
+    scores = jnp.where(mask[:, None, None], scores, _MASKED)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v, preferred_element_type=F32)
+    return out.astype(v.dtype).reshape(B, T, H * hd)
+
+
+def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
+           rope: tuple[jax.Array, jax.Array], mask: jax.Array, cache: KVCache,
+           index: jax.Array, write_index: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Decoder layer ``index``: writes its new keys/values into the cache, then attends."""
+    c = config
+    B, T, _ = h.shape
+    attn, attn_deltas = layer["attn"], deltas["attn"]
+    x = rms_norm(h, layer["input_norm"]["scale"], deltas["input_norm"]["scale"], c.rms_norm_eps)
+    q = project(x, attn["q_proj"], attn_deltas["q_proj"]).reshape(B, T, c.num_heads, c.head_dim)
+    k = project(x, attn["k_proj"], attn_deltas["k_proj"]).reshape(B, T, c.num_kv_heads, c.head_dim)
+    v = project(x, attn["v_proj"], attn_deltas["v_proj"]).reshape(B, T, c.num_kv_heads, c.head_dim)
+    if c.qk_norm:
+        q = rms_norm(q, attn["q_norm"]["scale"], attn_deltas["q_norm"]["scale"], c.rms_norm_eps)
+        k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
+    q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    start = (index, 0, write_index, 0, 0)
+    cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start),
+                    jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start))
+    attended = attention(q, cache.k[index], cache.v[index], mask)
+    h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
+    mlp, mlp_deltas = layer["mlp"], deltas["mlp"]
+    x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
+                 c.rms_norm_eps)
+    gate = jax.nn.silu(project(x, mlp["gate_proj"], mlp_deltas["gate_proj"]))
+    h = h + project(gate * project(x, mlp["up_proj"], mlp_deltas["up_proj"]),
+                    mlp["down_proj"], mlp_deltas["down_proj"])
+    return h, cache
+
+
+def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
+            positions: jax.Array, kv_mask: jax.Array, cache: KVCache, write_index: jax.Array
+            ) -> tuple[jax.Array, KVCache]:
+    """Runs the decoder over new tokens, attending to the cache; returns final hidden states.
+
+    Args:
+      config: model config.
+      params: parameters.
+      deltas: row deltas (``no_deltas(params)`` for plain inference).
+      tokens: (B, T) new token ids, written to cache slots [write_index, write_index + T).
+      positions: (B, T) rotary positions of the new tokens.
+      kv_mask: (B, S) True for cache slots holding real tokens (including the new ones).
+      cache: the KV cache with S slots.
+      write_index: scalar slot of the first new token.
+
+    Returns:
+      Final-normed hidden states (B, T, d) and the updated cache.
+    """
+    T, S = tokens.shape[1], cache.k.shape[2]
+    query_slots = write_index + jnp.arange(T)
+    causal = jnp.arange(S)[None, :] <= query_slots[:, None]  # (T, S)
+    mask = causal[None] & kv_mask[:, None, :]
+    h = embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
+    rope = rope_tables(config, positions, h.dtype)
+
+    def body(carry, xs):
+        h, cache = carry
+        layer, layer_deltas, index = xs
+        return _layer(config, h, layer, layer_deltas, rope, mask, cache, index, write_index), None
+
+    xs = (params["layers"], deltas["layers"], jnp.arange(config.num_layers))
+    (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
+    h = rms_norm(h, params["final_norm"]["scale"], deltas["final_norm"]["scale"],
+                 config.rms_norm_eps)
+    return h, cache
+
+
+def lm_head(config: ModelConfig, params: PyTree, deltas: PyTree, h: jax.Array) -> jax.Array:
+    """float32 logits (B, ..., V) from final hidden states (tied or untied head)."""
+    if config.tie_word_embeddings:
+        return linear(h, params["embed"]["embedding"].T,
+                      transposed(deltas["embed"]["embedding"]), out_dtype=F32)
+    return linear(h, params["lm_head"]["kernel"], deltas["lm_head"]["kernel"], out_dtype=F32)
+
+
+def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> KVCache:
+    """A zero KV cache with ``length`` slots."""
+    shape = (config.num_layers, batch, length, config.num_kv_heads, config.head_dim)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+
+
+def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
+    """Rotary positions (B, T) counting only real tokens, so left padding does not shift them."""
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def logits(config: ModelConfig, params: PyTree, deltas: PyTree, input_ids: jax.Array,
+           attention_mask: jax.Array) -> jax.Array:
+    """float32 logits (B, T, V) of a (left-)padded batch without a persistent cache."""
+    mask = attention_mask.astype(bool)
+    cache = empty_cache(config, input_ids.shape[0], input_ids.shape[1],
+                        params["embed"]["embedding"].dtype)
+    h, _ = forward(config, params, deltas, input_ids, positions_from_mask(mask), mask, cache,
+                   jnp.int32(0))
+    return lm_head(config, params, deltas, h)

@@ -1,0 +1,246 @@
+"""Loading models: HF checkpoint directories (safetensors), GGUF files and named defaults.
+
+HF tensor names are routed by a regex name map into a ``jax.eval_shape``d parameter tree:
+per-layer tensors are stacked on the leading L axis and torch (out, in) matrices are
+transposed to (in, out). Every name, shape and dtype is checked against the headers before
+any tensor data is read, and each leaf is read, converted and placed on device one at a
+time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import struct
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import flax.traverse_util
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from agentic_esopt.models import tiny
+from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models.decoder import init_params
+
+PyTree = Any
+GGUF_NAMES = ("smollm2-135m",)
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+# Parameter path -> HF tensor name ("{}" is the layer index).
+HF_NAMES = {
+    ("embed", "embedding"): "model.embed_tokens.weight",
+    ("final_norm", "scale"): "model.norm.weight",
+    ("lm_head", "kernel"): "lm_head.weight",
+    ("layers", "input_norm", "scale"): "model.layers.{}.input_layernorm.weight",
+    ("layers", "post_attn_norm", "scale"): "model.layers.{}.post_attention_layernorm.weight",
+    **{("layers", "attn", f"{p}_proj", leaf): f"model.layers.{{}}.self_attn.{p}_proj.{suffix}"
+       for p in "qkvo" for leaf, suffix in (("kernel", "weight"), ("bias", "bias"))},
+    **{("layers", "attn", f"{p}_norm", "scale"): f"model.layers.{{}}.self_attn.{p}_norm.weight"
+       for p in "qk"},
+    **{("layers", "mlp", f"{p}_proj", leaf): f"model.layers.{{}}.mlp.{p}_proj.{suffix}"
+       for p in ("gate", "up", "down") for leaf, suffix in (("kernel", "weight"),
+                                                             ("bias", "bias"))},
+}
+NAME_PATTERNS = [(re.compile(re.escape(name).replace(r"\{\}", r"(\d+)") + "$"), path)
+                 for path, name in HF_NAMES.items()]
+IGNORED_NAMES = re.compile(r".*\.rotary_emb\.inv_freq$")
+
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A loaded model.
+
+    Attributes:
+      config: the static model description.
+      params: a plain nested dict of arrays (what ``es`` perturbs).
+      tokenizer: a ``transformers`` tokenizer, or None if the checkpoint has none.
+    """
+
+    config: ModelConfig
+    params: PyTree
+    tokenizer: Any
+
+
+class TensorRef(NamedTuple):
+    """Where one tensor lives in a safetensors file."""
+
+    file: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    start: int  # absolute byte offset in the file
+
+
+def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32") -> Model:
+    """Loads a model by name or path.
+
+    Args:
+      name_or_path: "tiny" (random 2-layer Llama, in-process tokenizer), a GGUF default
+        name (e.g. "smollm2-135m"), a ``.gguf`` file, or a HF checkpoint directory
+        (config.json, model.safetensors or a sharded index, tokenizer files).
+      dtype: parameter dtype, "float32", "bfloat16" or "float16" (or a jnp dtype).
+
+    Returns:
+      The ``Model``.
+    """
+    dtype = resolve_dtype(dtype)
+    name = os.fspath(name_or_path)
+    if name == "tiny":
+        return Model(*tiny.tiny_model_parts(dtype=dtype))
+    if name in GGUF_NAMES or name.endswith(".gguf"):
+        from agentic_esopt.models import gguf  # pylint: disable=import-outside-toplevel
+
+        gguf_path = gguf.default_gguf_path(name) if name in GGUF_NAMES else name
+        return load_hf_dir(gguf.convert_to_hf_dir(gguf_path), dtype)
+    if os.path.isdir(name):
+        return load_hf_dir(name, dtype)
+    raise ValueError(f"Cannot load {name!r}: not 'tiny', a known GGUF default {GGUF_NAMES}, "
+                     "a .gguf file or a HF checkpoint directory.")
+
+
+def resolve_dtype(dtype: str | Any) -> Any:
+    """A jnp floating dtype from a name or dtype; clear error otherwise."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"Unknown dtype {dtype!r}; choose one of {tuple(DTYPES)}.")
+        return DTYPES[dtype]
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"Parameter dtype must be floating, got {dtype!r}.")
+    return dtype
+
+
+def load_hf_dir(path: str | os.PathLike, dtype: Any = jnp.float32) -> Model:
+    """Loads config, safetensors weights and (if present) the tokenizer of a HF directory."""
+    path = os.fspath(path)
+    config = ModelConfig.from_hf(path)
+    params = load_params(config, safetensors_tensors(path), resolve_dtype(dtype))
+    return Model(config, params, load_tokenizer(path))
+
+
+def load_tokenizer(path: str) -> Any:
+    """``AutoTokenizer`` of a checkpoint directory, or None if it has no tokenizer files."""
+    if not any(os.path.exists(os.path.join(path, f)) for f in TOKENIZER_FILES):
+        return None
+    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def safetensors_tensors(path: str) -> dict[str, TensorRef]:
+    """All tensors of a checkpoint dir (single ``model.safetensors`` or a sharded index)."""
+    index_path = os.path.join(path, "model.safetensors.index.json")
+    if os.path.isfile(index_path):
+        with open(index_path) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    elif os.path.isfile(os.path.join(path, "model.safetensors")):
+        files = ["model.safetensors"]
+    else:
+        raise FileNotFoundError(f"No model.safetensors or model.safetensors.index.json in "
+                                f"{path!r}.")
+    tensors = {}
+    for file in files:
+        tensors.update(read_safetensors_header(os.path.join(path, file)))
+    return tensors
+
+
+def read_safetensors_header(file: str) -> dict[str, TensorRef]:
+    """Tensor locations from a safetensors file header (no tensor data is read)."""
+    with open(file, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len))
+    header.pop("__metadata__", None)
+    refs = {}
+    for name, entry in header.items():
+        if entry["dtype"] not in _SAFETENSORS_DTYPES:
+            raise ValueError(f"Tensor {name!r} in {file} has unsupported dtype {entry['dtype']}.")
+        refs[name] = TensorRef(file, np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]]),
+                               tuple(entry["shape"]), 8 + header_len + entry["data_offsets"][0])
+    return refs
+
+
+def read_tensor(ref: TensorRef) -> np.ndarray:
+    """Memory-maps one tensor's data."""
+    return np.memmap(ref.file, dtype=ref.dtype, mode="r", offset=ref.start, shape=ref.shape)
+
+
+def route(name: str) -> tuple[tuple[str, ...], int | None] | None:
+    """(parameter path, layer index or None) of a HF tensor name, or None if unknown."""
+    for pattern, path in NAME_PATTERNS:
+        match = pattern.match(name)
+        if match:
+            return path, int(match.group(1)) if match.groups() else None
+    return None
+
+
+def load_params(config: ModelConfig, tensors: Mapping[str, TensorRef], dtype: Any) -> PyTree:
+    """Builds the parameter tree from named tensors, validating everything first.
+
+    Raises:
+      ValueError: naming the tensor, for unexpected or missing names, wrong shapes or
+        non-floating dtypes.
+    """
+    shapes = jax.eval_shape(functools.partial(init_params, config, dtype=dtype),
+                            jax.random.key(0))
+    flat_shapes = flax.traverse_util.flatten_dict(shapes)
+    sources = _route_all(config, tensors, flat_shapes)
+    leaves = {}
+    for path, spec in flat_shapes.items():
+        buffer = np.empty(spec.shape, np.dtype(spec.dtype))
+        for layer, name in sources[path].items():
+            data = read_tensor(tensors[name])
+            data = data.T if path[-1] == "kernel" else data
+            if layer is None:
+                buffer[...] = data
+            else:
+                buffer[layer] = data
+        leaves[path] = jnp.asarray(buffer)
+        del buffer
+    return flax.traverse_util.unflatten_dict(leaves)
+
+
+def _route_all(config: ModelConfig, tensors: Mapping[str, TensorRef],
+               flat_shapes: Mapping[tuple[str, ...], Any]
+               ) -> dict[tuple[str, ...], dict[int | None, str]]:
+    """Maps every expected (path, layer) to a tensor name; checks names, shapes, dtypes."""
+    sources: dict[tuple[str, ...], dict[int | None, str]] = {p: {} for p in flat_shapes}
+    for name, ref in sorted(tensors.items()):
+        routed = route(name)
+        if routed is None or routed[0] not in flat_shapes:
+            if IGNORED_NAMES.match(name) or (name == "lm_head.weight"
+                                             and config.tie_word_embeddings):
+                continue
+            raise ValueError(f"Unexpected tensor {name!r} for a {config.model_type} model with "
+                             "this config.")
+        path, layer = routed
+        if layer is not None and layer >= config.num_layers:
+            raise ValueError(f"Unexpected tensor {name!r}: the config has only "
+                             f"{config.num_layers} layers.")
+        expected = flat_shapes[path].shape[1:] if layer is not None else flat_shapes[path].shape
+        shape = ref.shape[::-1] if path[-1] == "kernel" else ref.shape
+        if tuple(shape) != tuple(expected):
+            torch_expected = expected[::-1] if path[-1] == "kernel" else expected
+            raise ValueError(f"Tensor {name!r} has shape {ref.shape}, expected "
+                             f"{tuple(torch_expected)} from the config.")
+        if not np.issubdtype(ref.dtype, np.floating) and ref.dtype != ml_dtypes.bfloat16:
+            raise ValueError(f"Tensor {name!r} has non-floating dtype {ref.dtype}.")
+        sources[path][layer] = name
+    missing = [HF_NAMES[path].format(layer)
+               for path in flat_shapes
+               for layer in (range(config.num_layers) if path[0] == "layers" else [None])
+               if layer not in sources[path]]
+    if missing:
+        raise ValueError(f"Checkpoint is missing tensors: {missing[:10]}"
+                         f"{' ...' if len(missing) > 10 else ''}")
+    return sources

@@ -1,0 +1,430 @@
+"""Batched, jitted KV-cache generation and population-aware logits.
+
+Prompts are left-padded into a batch whose size and length are rounded up to a few bucket
+shapes (powers of two and 1.5x powers of two), so recompiles are rare. Rotary positions
+come from the attention mask and padded slots are masked out, so a row's output does not
+depend on the rest of the batch. Decoding runs in one jitted ``while_loop`` over steps
+(the cache is donated); with stop strings the loop runs in chunks between which the host
+checks the decoded text.
+
+Populations: with a low-rank population, one batched call serves all members (row b uses
+member ``members[b]``; the factors are computed once per call, before the decode loop).
+With a full-rank population each member's parameters are materialised with
+``es.noise.perturb`` and its rows run as one batch, one member after another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agentic_esopt.es import noise as es_noise
+from agentic_esopt.models import decoder
+from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models.loading import Model
+
+PyTree = Any
+MIN_PROMPT_BUCKET = 16
+MIN_NEW_TOKENS_BUCKET = 16
+STOP_CHECK_INTERVAL = 16
+
+
+class GenerationOutput(NamedTuple):
+    """Generated continuations, in prompt order.
+
+    Attributes:
+      texts: decoded continuations (special tokens skipped, cut before a stop string).
+      token_ids: generated ids (including a final EOS; up to the token completing a stop
+        string).
+      finish_reasons: "stop" (EOS or stop string) or "length" (max_new_tokens reached).
+    """
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    finish_reasons: list[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingMode:
+    """Static sampling choices (jit-static); temperature and top_p values are dynamic."""
+
+    greedy: bool
+    top_k: int | None
+    top_p: bool
+
+
+class DecodeState(NamedTuple):
+    """Loop state of one batch.
+
+    Attributes:
+      cache: KV cache with S = prompt bucket + new-token bucket slots.
+      kv_mask: (B, S) slots holding real tokens.
+      logits: (B, V) float32 logits for the next token.
+      positions: (B,) rotary position of the next token.
+      tokens: (B, N) generated tokens.
+      done: (B,) rows that hit EOS (or a stop string, set by the host).
+      step: () tokens generated so far.
+    """
+
+    cache: decoder.KVCache
+    kv_mask: jax.Array
+    logits: jax.Array
+    positions: jax.Array
+    tokens: jax.Array
+    done: jax.Array
+    step: jax.Array
+
+
+def bucket(n: int, minimum: int = 1) -> int:
+    """Smallest power of two or 1.5x power of two that is >= max(n, minimum)."""
+    n = max(n, minimum)
+    power = 1
+    while power < n:
+        if power >= 2 and power * 3 // 2 >= n:
+            return power * 3 // 2
+        power *= 2
+    return power
+
+
+def sample_tokens(logits: jax.Array, keys: jax.Array, mode: SamplingMode,
+                  temperature: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Next tokens (B,) from float32 logits (B, V) with one key per row."""
+    if mode.greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    logits = logits / temperature
+    if mode.top_k is not None:
+        kth_largest = jax.lax.top_k(logits, mode.top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth_largest, -jnp.inf, logits)
+    if mode.top_p:
+        sorted_logits = jnp.sort(logits, axis=-1)[:, ::-1]
+        probs = jax.nn.softmax(sorted_logits, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs
+        cutoff = jnp.min(jnp.where(mass_before < top_p, sorted_logits, jnp.inf), axis=-1,
+                         keepdims=True)
+        logits = jnp.where(logits < cutoff, -jnp.inf, logits)
+    return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "new_tokens"))
+def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
+             mask: jax.Array, new_tokens: int) -> DecodeState:
+    """Runs the left-padded prompts (B, P) through the model into a fresh cache."""
+    batch, prompt_len = tokens.shape
+    cache = decoder.empty_cache(config, batch, prompt_len + new_tokens,
+                                params["embed"]["embedding"].dtype)
+    kv_mask = jnp.pad(mask.astype(bool), ((0, 0), (0, new_tokens)))
+    h, cache = decoder.forward(config, params, deltas, tokens, decoder.positions_from_mask(mask),
+                               kv_mask, cache, jnp.int32(0))
+    return DecodeState(cache=cache, kv_mask=kv_mask,
+                       logits=decoder.lm_head(config, params, deltas, h[:, -1]),
+                       positions=mask.sum(axis=-1).astype(jnp.int32),
+                       tokens=jnp.zeros((batch, new_tokens), jnp.int32),
+                       done=jnp.zeros((batch,), bool), step=jnp.int32(0))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "mode"), donate_argnames=("state",))
+def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyTree,
+            state: DecodeState, row_keys: jax.Array, eos_ids: jax.Array,
+            temperature: jax.Array, top_p: jax.Array, end_step: jax.Array) -> DecodeState:
+    """Samples and feeds tokens until ``end_step`` tokens exist or every row is done."""
+    prompt_len = state.kv_mask.shape[1] - state.tokens.shape[1]
+
+    def unfinished(s: DecodeState) -> jax.Array:
+        return (s.step < end_step) & ~jnp.all(s.done)
+
+    def step(s: DecodeState) -> DecodeState:
+        keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, s.step)
+        token = sample_tokens(s.logits, keys, mode, temperature, top_p)
+        slot = prompt_len + s.step
+        kv_mask = s.kv_mask.at[:, slot].set(True)
+        h, cache = decoder.forward(config, params, deltas, token[:, None], s.positions[:, None],
+                                   kv_mask, s.cache, slot)
+        return DecodeState(cache=cache, kv_mask=kv_mask,
+                           logits=decoder.lm_head(config, params, deltas, h[:, 0]),
+                           positions=s.positions + 1,
+                           tokens=s.tokens.at[:, s.step].set(token),
+                           done=s.done | jnp.isin(token, eos_ids), step=s.step + 1)
+
+    return jax.lax.while_loop(unfinished, step, state)
+
+
+@jax.jit
+def _population_deltas(params: PyTree, population: es_noise.Population,
+                       members: jax.Array) -> PyTree:
+    return decoder.row_deltas(params, es_noise.population_factors(population, params), members)
+
+
+_sequence_logits = jax.jit(decoder.logits, static_argnames=("config",))
+
+
+def logits(config: ModelConfig, params: PyTree, input_ids: Any, attention_mask: Any = None,
+           population: es_noise.Population | None = None, members: Any = None) -> jax.Array:
+    """float32 next-token logits (B, T, V) of a left-padded batch.
+
+    Args:
+      config: model config.
+      params: parameters.
+      input_ids: (B, T) token ids.
+      attention_mask: (B, T), 1 for real tokens (default all ones).
+      population: optional ``es.Population``; row b is evaluated as member ``members[b]``.
+      members: (B,) member index per row (required with ``population``).
+    """
+    input_ids = jnp.asarray(input_ids, jnp.int32)
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must be (B, T), got shape {input_ids.shape}.")
+    mask = (jnp.ones_like(input_ids) if attention_mask is None
+            else jnp.asarray(attention_mask, jnp.int32))
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape "
+                         f"{input_ids.shape}.")
+    members = _check_members(population, members, input_ids.shape[0])
+    if population is None:
+        return _sequence_logits(config, params, decoder.no_deltas(params), input_ids, mask)
+    if population.noise == "lowrank":
+        deltas = _population_deltas(params, population, jnp.asarray(members))
+        return _sequence_logits(config, params, deltas, input_ids, mask)
+
+    def member_logits(member_params, rows):
+        rows = np.asarray(rows)
+        return _sequence_logits(config, member_params, decoder.no_deltas(params),
+                                input_ids[rows], mask[rows])
+
+    return jnp.stack(_run_each_member(params, population, members, member_logits))
+
+
+def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
+             max_new_tokens: int = 64, temperature: float = 0.0, top_k: int | None = None,
+             top_p: float | None = None, key: jax.Array | int | None = None,
+             stop: Sequence[str] | str | None = None,
+             population: es_noise.Population | None = None,
+             members: Any = None) -> GenerationOutput:
+    """Generates continuations for a batch of prompts.
+
+    Args:
+      model: a loaded ``Model`` (its tokenizer decodes the outputs).
+      prompts: strings (already chat-templated; tokenised without special tokens) or
+        lists of token ids.
+      max_new_tokens: maximum tokens generated per row.
+      temperature: 0 for greedy decoding, else the softmax temperature.
+      top_k: sample among the k most likely tokens.
+      top_p: sample from the smallest set of tokens with probability mass >= top_p.
+      key: PRNG key (or int seed) for sampling; row r uses ``fold_in(key, r)``, step t
+        then ``fold_in(row key, t)``.
+      stop: strings that end a row's generation (excluded from its text).
+      population: optional ``es.Population``: row b is generated by member ``members[b]``.
+      members: (B,) member index per row (required with ``population``).
+
+    Returns:
+      A ``GenerationOutput`` in prompt order.
+    """
+    tokenizer = model.tokenizer
+    if tokenizer is None:
+        raise ValueError("generate needs a model with a tokenizer to decode its outputs.")
+    token_lists = _tokenize(tokenizer, prompts, model.config.vocab_size)
+    if not token_lists:
+        return GenerationOutput([], [], [])
+    settings = _Settings.build(model.config, tokenizer, max_new_tokens, temperature, top_k,
+                               top_p, key, stop)
+    members = _check_members(population, members, len(token_lists))
+    if population is not None and population.noise == "full":
+        results = _run_each_member(
+            model.params, population, members,
+            lambda member_params, rows: _generate_batch(
+                model.config, member_params, [token_lists[r] for r in rows], rows, settings))
+    else:
+        results = _generate_batch(model.config, model.params, token_lists,
+                                  list(range(len(token_lists))), settings, population, members)
+    texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids in results))
+    return GenerationOutput(list(texts), list(token_ids), list(reasons))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """Validated generation settings."""
+
+    mode: SamplingMode
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    key: jax.Array
+    eos_ids: tuple[int, ...]
+    stop: tuple[str, ...]
+    pad_id: int
+    decode: Callable[[list[int]], str]
+
+    @classmethod
+    def build(cls, config: ModelConfig, tokenizer: Any, max_new_tokens: int,
+              temperature: float, top_k: int | None, top_p: float | None,
+              key: jax.Array | int | None, stop: Sequence[str] | str | None) -> _Settings:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}.")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}.")
+        if top_p is not None and not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
+        greedy = temperature == 0
+        if not greedy and key is None:
+            raise ValueError("Sampling with temperature > 0 needs a key.")
+        stop = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if any(not s for s in stop):
+            raise ValueError("Stop strings must be non-empty.")
+        eos_ids = set(config.eos_token_ids)
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        pad_id = next(i for i in (tokenizer.pad_token_id, config.pad_token_id,
+                                  tokenizer.eos_token_id, 0) if i is not None)
+        mode = SamplingMode(
+            greedy=greedy,
+            top_k=None if greedy or top_k is None else min(top_k, config.vocab_size),
+            top_p=not greedy and top_p is not None and top_p < 1)
+        return cls(mode=mode, max_new_tokens=int(max_new_tokens),
+                   temperature=float(temperature) if not greedy else 1.0,
+                   top_p=float(top_p or 1.0), key=_typed_key(key),
+                   eos_ids=tuple(sorted(eos_ids)), stop=stop, pad_id=pad_id,
+                   decode=functools.partial(tokenizer.decode, skip_special_tokens=True))
+
+
+def _typed_key(key: jax.Array | int | None) -> jax.Array:
+    if key is None:
+        return jax.random.key(0)
+    if isinstance(key, int):
+        return jax.random.key(key)
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return key
+    return jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
+
+
+def _tokenize(tokenizer: Any, prompts: Sequence[Any], vocab_size: int) -> list[list[int]]:
+    if isinstance(prompts, str):
+        raise ValueError("prompts must be a list of strings or token-id lists, not one string.")
+    prompts = list(prompts)
+    if prompts and all(isinstance(p, str) for p in prompts):
+        token_lists = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    elif all(not isinstance(p, str) for p in prompts):
+        token_lists = [[int(t) for t in p] for p in prompts]
+    else:
+        raise ValueError("prompts must be all strings or all token-id lists.")
+    for i, ids in enumerate(token_lists):
+        if not ids:
+            raise ValueError(f"Prompt {i} is empty.")
+        if min(ids) < 0 or max(ids) >= vocab_size:
+            raise ValueError(f"Prompt {i} has token ids outside [0, {vocab_size}).")
+    return token_lists
+
+
+def _check_members(population: es_noise.Population | None, members: Any,
+                   batch: int) -> np.ndarray | None:
+    if population is None:
+        if members is not None:
+            raise ValueError("members were given without a population.")
+        return None
+    if members is None:
+        raise ValueError("A population needs members: one member index per batch row.")
+    members = np.asarray(members)
+    if members.shape != (batch,) or not np.issubdtype(members.dtype, np.integer):
+        raise ValueError(f"members must be ({batch},) ints, got {members.dtype} "
+                         f"{members.shape}.")
+    if batch and (members.min() < 0 or members.max() >= population.size):
+        raise ValueError(f"members must lie in [0, {population.size}).")
+    return members.astype(np.int32)
+
+
+def _run_each_member(params: PyTree, population: es_noise.Population, members: np.ndarray,
+                     run: Callable[[PyTree, list[int]], Sequence[Any]]) -> list[Any]:
+    """Full-rank populations: ``run(member params, rows)`` per distinct member, one at a time.
+
+    Returns the per-row results in row order.
+    """
+    groups: dict[int, list[int]] = {}
+    for row, member in enumerate(members.tolist()):
+        groups.setdefault(member, []).append(row)
+    results = {}
+    for member, rows in groups.items():
+        results.update(zip(rows, run(es_noise.perturb(params, population, member), rows)))
+    return [results[row] for row in range(len(members))]
+
+
+def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[int]],
+                    row_ids: list[int], settings: _Settings,
+                    population: es_noise.Population | None = None,
+                    members: np.ndarray | None = None) -> list[list[int]]:
+    """Generated ids per row (cut after EOS) for one left-padded, bucketed batch."""
+    batch = len(token_lists)
+    padded_batch = bucket(batch)
+    prompt_len = bucket(max(len(ids) for ids in token_lists), MIN_PROMPT_BUCKET)
+    tokens = np.full((padded_batch, prompt_len), settings.pad_id, np.int32)
+    mask = np.zeros((padded_batch, prompt_len), np.int32)
+    mask[batch:, -1] = 1  # Filler rows hold one pad token.
+    for i, ids in enumerate(token_lists):
+        tokens[i, prompt_len - len(ids):] = ids
+        mask[i, prompt_len - len(ids):] = 1
+    if population is None:
+        deltas = decoder.no_deltas(params)
+    else:
+        padded_members = np.zeros(padded_batch, np.int32)
+        padded_members[:batch] = members
+        deltas = _population_deltas(params, population, jnp.asarray(padded_members))
+    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
+        settings.key, jnp.asarray(row_ids + [0] * (padded_batch - batch), jnp.int32))
+    state = _prefill(config, params, deltas, jnp.asarray(tokens), jnp.asarray(mask),
+                     new_tokens=bucket(settings.max_new_tokens, MIN_NEW_TOKENS_BUCKET))
+    state = state._replace(done=jnp.arange(padded_batch) >= batch)  # Filler rows never wait.
+    chunk = STOP_CHECK_INTERVAL if settings.stop else settings.max_new_tokens
+    eos_ids = jnp.asarray(settings.eos_ids or (-1,), jnp.int32)
+    steps = 0
+    while steps < settings.max_new_tokens:
+        end = min(steps + chunk, settings.max_new_tokens)
+        state = _decode(config, settings.mode, params, deltas, state, row_keys, eos_ids,
+                        jnp.float32(settings.temperature), jnp.float32(settings.top_p),
+                        jnp.int32(end))
+        steps = int(state.step)
+        done = np.array(state.done[:batch])
+        if settings.stop and not done.all():
+            generated = np.asarray(state.tokens[:batch, :steps])
+            for row in np.flatnonzero(~done):
+                text = settings.decode(generated[row].tolist())
+                done[row] = _stop_index(text, settings.stop) is not None
+            state = state._replace(done=jnp.asarray(np.pad(done, (0, padded_batch - batch),
+                                                           constant_values=True)))
+        if done.all():
+            break
+    generated = np.asarray(state.tokens[:batch, :steps])
+    return [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
+
+
+def _cut_after_eos(ids: list[int], eos_ids: tuple[int, ...]) -> list[int]:
+    for i, token in enumerate(ids):
+        if token in eos_ids:
+            return ids[:i + 1]
+    return ids
+
+
+def _stop_index(text: str, stop: tuple[str, ...]) -> int | None:
+    """Earliest position of any stop string in text, or None."""
+    positions = [i for i in (text.find(s) for s in stop) if i >= 0]
+    return min(positions) if positions else None
+
+
+def _finish(ids: list[int], settings: _Settings) -> tuple[str, list[int], str]:
+    """(text, token ids, finish reason) of one row, applying stop strings."""
+    text = settings.decode(ids)
+    cut = _stop_index(text, settings.stop)
+    if cut is None:
+        hit_eos = bool(ids) and ids[-1] in settings.eos_ids
+        return text, ids, "stop" if hit_eos else "length"
+    shortest, longest = 1, len(ids)  # Shortest prefix whose text holds a stop string.
+    while shortest < longest:
+        middle = (shortest + longest) // 2
+        if _stop_index(settings.decode(ids[:middle]), settings.stop) is None:
+            shortest = middle + 1
+        else:
+            longest = middle
+    return text[:cut], ids[:shortest], "stop"
