@@ -7,7 +7,7 @@ setup(
     version="0.1.0",
     description="Full-parameter ES fine-tuning of multi-turn LLM agents in JAX.",
     python_requires=">=3.11",
-    packages=find_packages(include=["agentic_esopt", "agentic_esopt.*", "experiments"]),
+    packages=find_packages(include=["agentic_esopt", "agentic_esopt.*", "experiments", "experiments.*"]),
     install_requires=[
         "jax>=0.7",
         "flax>=0.10",

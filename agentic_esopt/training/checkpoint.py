@@ -1,0 +1,172 @@
+"""A run's files, checkpoints and resumption.
+
+A workdir holds ``config.json`` (the run's ``TrainConfig``), ``history.jsonl`` (the es
+history), ``metrics.jsonl``, ``trajectories/``, ``tensorboard/``, ``checkpoints/`` (orbax:
+the full ES state every K generations, with a checksum) and the final reports.
+
+Resuming from a checkpoint taken after generation k trims every other file back to k:
+the history keeps k generation records, metrics and trajectories of later generations are
+deleted (evaluations from k on are redone), and TensorBoard purges steps >= k. Every write
+is atomic or trimmed on resume, so a run killed at any moment and rerun ends bitwise where
+an uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import zlib
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+
+from agentic_esopt import es
+from agentic_esopt.training import metrics
+from agentic_esopt.training.config import TrainConfig
+from agentic_esopt.training.files import RunFiles, atomic_write_text
+
+_TRAJECTORY_FILE = re.compile(r"(gen|eval)_(\d+)\.jsonl$")
+
+
+def load_config(files: RunFiles) -> TrainConfig:
+    """The ``TrainConfig`` a workdir was started with."""
+    if not os.path.isfile(files.config):
+        raise FileNotFoundError(f"{files.workdir!r} is not a training workdir: no "
+                                f"{os.path.basename(files.config)}")
+    with open(files.config, encoding="utf-8") as f:
+        return TrainConfig.from_dict(json.load(f))
+
+
+def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
+    """Records ``config`` in a new workdir, or checks it equals the one recorded there.
+
+    The workdir's own path may differ (a workdir can be moved).
+
+    Raises:
+      ValueError: listing every field that differs from the recorded run (a resumed run
+        must be the same run), or if the workdir holds checkpoints but no config.
+    """
+    if not os.path.isfile(files.config):
+        if os.path.isdir(files.checkpoints) and os.listdir(files.checkpoints):
+            raise ValueError(f"{files.workdir!r} has checkpoints but no config.json; it was "
+                             "not made by this trainer, use another workdir")
+        atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
+        return
+    with open(files.config, encoding="utf-8") as f:
+        saved = json.load(f)
+    current = config.to_dict()
+    changed = [f"{name}: {saved.get(name, '<missing>')!r} in the workdir, "
+               f"{current.get(name, '<missing>')!r} now"
+               for name in sorted((set(saved) | set(current)) - {"workdir"})
+               if saved.get(name) != current.get(name)]
+    if changed:
+        raise ValueError(f"workdir {files.workdir!r} holds a run with a different "
+                         "configuration, so it cannot be resumed with these settings:\n  "
+                         + "\n  ".join(changed)
+                         + "\nrerun with the original settings or use a new workdir")
+
+
+def state_checksum(state: es.ESState) -> int:
+    """CRC32 over every leaf's dtype, shape and bytes, in tree order."""
+    crc = 0
+    for leaf in jax.tree.leaves(state):
+        array = np.asarray(leaf)
+        crc = zlib.crc32(f"{array.dtype}{array.shape}".encode(), crc)
+        crc = zlib.crc32(array.tobytes(), crc)
+    return crc
+
+
+class Checkpointer:
+    """Saves and restores the full ES state with orbax, falling back past corrupt steps."""
+
+    def __init__(self, directory: str, max_to_keep: int = 3):
+        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
+                                               enable_async_checkpointing=False,
+                                               cleanup_tmp_directories=True)
+        self.directory = os.path.abspath(directory)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def save(self, state: es.ESState) -> None:
+        """Writes ``state`` as step = its generation (synchronously)."""
+        step = int(state.generation)
+        meta = {"generation": step, "checksum": state_checksum(state), "time": time.time()}
+        self._manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+        self._manager.wait_until_finished()
+
+    def restore_latest(self, template: es.ESState,
+                       quarantine_dir: str | None = None) -> es.ESState | None:
+        """The newest checkpoint that restores and passes its checksum, else None.
+
+        Args:
+          template: a state with the run's structure, shapes, dtypes and shardings.
+          quarantine_dir: if given, corrupt steps are moved there (so the run can save
+            those steps again); otherwise they are left in place.
+        """
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+        for step in sorted(self._manager.all_steps(), reverse=True):
+            try:
+                state = self._restore(step, abstract)
+            except Exception as error:  # pylint: disable=broad-except
+                logging.warning("checkpoint at step %d in %s is unusable (%s: %s); falling "
+                                "back to the previous one", step, self.directory,
+                                type(error).__name__, error)
+                if quarantine_dir is not None:
+                    self._quarantine(step, quarantine_dir)
+                continue
+            return state
+        return None
+
+    def _restore(self, step: int, abstract: Any) -> es.ESState:
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+        state, meta = restored.state, restored.meta
+        if int(state.generation) != step or meta["generation"] != step:
+            raise ValueError(f"step {step} holds generation {int(state.generation)}")
+        if state_checksum(state) != meta["checksum"]:
+            raise ValueError("checksum mismatch")
+        return state
+
+    def _quarantine(self, step: int, quarantine_dir: str) -> None:
+        os.makedirs(quarantine_dir, exist_ok=True)
+        target = tempfile.mkdtemp(prefix=f"{step}-", dir=quarantine_dir)
+        shutil.move(os.path.join(self.directory, str(step)), target)
+        logging.warning("moved the corrupt checkpoint of step %d to %s", step, target)
+        self._manager.reload()
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def trim_run_files(files: RunFiles, start: int, strategy: es.Strategy,
+                   run_key: Any, config: TrainConfig) -> es.history.HistoryWriter:
+    """Brings the workdir's files back to ``start`` completed generations.
+
+    From 0 the history, metrics, trajectories, TensorBoard events and reports start anew.
+    From k > 0 the history keeps generations < k (it must have them), and metrics and
+    trajectories of generations >= k (and evaluations after >= k generations) go.
+
+    Returns:
+      The history writer to append generation ``start`` onwards.
+    """
+    for report in (files.reward_curve, files.summary_json, files.summary_markdown):
+        if os.path.exists(report):
+            os.remove(report)
+    for path in glob.glob(os.path.join(files.trajectories, "*.jsonl")):
+        match = _TRAJECTORY_FILE.search(path)
+        if match and int(match.group(2)) >= start:
+            os.remove(path)
+    metrics.trim_metrics(files.metrics, start)
+    if start == 0:
+        shutil.rmtree(files.tensorboard, ignore_errors=True)
+        return es.history.HistoryWriter.create(files.history, strategy.spec, run_key,
+                                               config=config.to_dict())
+    return es.history.HistoryWriter.open(files.history, keep_generations=start)

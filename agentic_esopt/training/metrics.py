@@ -1,0 +1,81 @@
+"""Run metrics: one JSON line per record, mirrored to TensorBoard and the log.
+
+Records are ``{"kind": "train" | "eval", "generation": t, ...}``. A train record at t
+describes generation t (the population around θ_t); an eval record at g describes θ_g,
+the parameters after g generations (g = 0 is the initial model). TensorBoard uses the same
+numbers as steps, so purging steps >= k on resume matches ``trim_metrics(path, k)``.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+
+from absl import logging
+from tensorboardX import SummaryWriter
+
+from agentic_esopt.training.files import atomic_write_text
+
+KINDS = ("train", "eval")
+
+
+def read_metrics(path: str) -> list[dict]:
+    """All intact records of a metrics file (a truncated last line is skipped)."""
+    if not os.path.exists(path):
+        return []
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and record.get("kind") in KINDS:
+                records.append(record)
+    return records
+
+
+def trim_metrics(path: str, generation: int) -> None:
+    """Keeps only records with generation < ``generation`` (rewritten atomically)."""
+    if not os.path.exists(path):
+        return
+    kept = [r for r in read_metrics(path) if r["generation"] < generation]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+class MetricsLogger:
+    """Appends records to metrics.jsonl, TensorBoard (tensorboardX) and absl logging."""
+
+    def __init__(self, metrics_path: str, tensorboard_dir: str, purge_step: int | None = None):
+        """Opens the sinks.
+
+        Args:
+          metrics_path: the JSONL file (appended to).
+          tensorboard_dir: TensorBoard log folder.
+          purge_step: on resume, TensorBoard discards earlier events at steps >= this.
+        """
+        os.makedirs(os.path.dirname(os.path.abspath(metrics_path)), exist_ok=True)
+        self.metrics_path = metrics_path
+        self._writer = SummaryWriter(tensorboard_dir, purge_step=purge_step or None)
+
+    def log(self, kind: str, generation: int, values: dict) -> dict:
+        """Writes one record; numeric values also go to TensorBoard as ``kind/name``."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown metrics kind {kind!r}; choose one of {KINDS}")
+        record = {"kind": kind, "generation": int(generation), **values}
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        scalars = {name: value for name, value in values.items()
+                   if isinstance(value, numbers.Real) and not isinstance(value, bool)}
+        for name, value in scalars.items():
+            self._writer.add_scalar(f"{kind}/{name}", value, int(generation))
+        self._writer.flush()
+        logging.info("%s %d: %s", kind, generation,
+                     ", ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
+        return record
+
+    def close(self) -> None:
+        self._writer.close()

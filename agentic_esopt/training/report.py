@@ -1,0 +1,102 @@
+"""End-of-run reports from metrics records: the reward-curve PNG and the summary table."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
+
+from agentic_esopt.training.files import atomic_write_text  # pylint: disable=wrong-import-position
+
+COMPARED = (("mean_reward", "mean reward"), ("success_rate", "success rate"))
+
+
+def _of_kind(records: Sequence[dict], kind: str) -> list[dict]:
+    return sorted((r for r in records if r["kind"] == kind), key=lambda r: r["generation"])
+
+
+def plot_reward_curve(records: Sequence[dict], path: str) -> None:
+    """Train mean/max reward per generation and held-out eval (± s.e.) to a PNG."""
+    train, evals = _of_kind(records, "train"), _of_kind(records, "eval")
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    generations = [r["generation"] for r in train]
+    left.plot(generations, [r["reward_mean"] for r in train], label="population mean")
+    left.plot(generations, [r["reward_max"] for r in train], label="population max")
+    left.set(title="Training reward", xlabel="generation", ylabel="reward")
+    left.legend()
+    eval_generations = [r["generation"] for r in evals]
+    for key, label in COMPARED:
+        right.errorbar(eval_generations, [r[key] for r in evals],
+                       yerr=[r[f"{key}_se"] for r in evals], capsize=3, marker="o",
+                       label=label)
+    right.set(title="Held-out evaluation (± s.e.)", xlabel="generations completed")
+    right.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _comparison(initial: dict, final: dict, key: str) -> dict:
+    difference = final[key] - initial[key]
+    pooled_se = math.hypot(initial[f"{key}_se"], final[f"{key}_se"])
+    if pooled_se > 0:
+        in_se = difference / pooled_se
+    else:  # No spread at all: only "no change" has a meaningful ratio.
+        in_se = 0.0 if difference == 0 else None
+    return dict(initial=initial[key], initial_se=initial[f"{key}_se"], final=final[key],
+                final_se=final[f"{key}_se"], difference=difference,
+                difference_in_se=in_se)
+
+
+def summarize(records: Sequence[dict]) -> dict:
+    """Initial vs final held-out evaluation, the difference in s.e. units, and wall time.
+
+    The difference is divided by the pooled s.e. √(se_initial² + se_final²); it is None
+    when both standard errors are 0 and the values differ.
+    """
+    train, evals = _of_kind(records, "train"), _of_kind(records, "eval")
+    if not evals:
+        raise ValueError("no evaluation records to summarise")
+    initial, final = evals[0], evals[-1]
+    return dict(
+        generations=len(train), initial_generation=initial["generation"],
+        final_generation=final["generation"], eval_episodes=final["num_episodes"],
+        **{key: _comparison(initial, final, key) for key, _ in COMPARED},
+        train_reward_mean_first=train[0]["reward_mean"] if train else None,
+        train_reward_mean_last=train[-1]["reward_mean"] if train else None,
+        wall_time_s=sum(r["wall_time_s"] for r in records))
+
+
+def _format_ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f}"
+
+
+def summary_markdown(summary: dict) -> str:
+    """The summary as a markdown table."""
+    lines = [
+        f"| metric | initial (gen {summary['initial_generation']}) | final (gen "
+        f"{summary['final_generation']}) | difference | difference / s.e. |",
+        "|---|---|---|---|---|",
+    ]
+    for key, label in COMPARED:
+        c = summary[key]
+        lines.append(f"| {label} | {c['initial']:.4f} ± {c['initial_se']:.4f} | "
+                     f"{c['final']:.4f} ± {c['final_se']:.4f} | {c['difference']:+.4f} | "
+                     f"{_format_ratio(c['difference_in_se'])} |")
+    lines.append("")
+    lines.append(f"{summary['generations']} generations, {summary['eval_episodes']} held-out "
+                 f"episodes per evaluation, wall time {summary['wall_time_s']:.1f} s.")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(summary: dict, json_path: str, markdown_path: str) -> str:
+    """Writes summary.json and summary.md; returns the markdown."""
+    markdown = summary_markdown(summary)
+    atomic_write_text(json_path, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(markdown_path, markdown)
+    return markdown

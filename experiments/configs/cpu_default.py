@@ -1,0 +1,16 @@
+"""The main CPU job: SmolLM2-135M on small Sudoku boards (the numbers to tune live here)."""
+
+from agentic_esopt.training import TrainConfig
+
+
+def get_config():
+    return TrainConfig(
+        env="sudoku", board_size=4, mask_count=2, partial_credit=True,
+        model="smollm2-135m", dtype="float32",
+        population_size=8, noise="lowrank", rank=1, antithetic=True,
+        sigma_schedule="cosine", sigma_start=1e-3, sigma_end=5e-4, sigma_warmup=0,
+        learning_rate=5e-4, optimizer="sgd", fitness="zscore", scope="full",
+        generations=30, tasks_per_generation=4, max_turns=4, max_new_tokens=8,
+        temperature=0.0, history_turns=2, reply_prefix="set ", stop_at_newline=True,
+        eval_split="eval", eval_size=32, eval_every=5,
+        eval_temperature=0.0, checkpoint_every=1, workdir="workdirs/cpu_default", seed=0)

@@ -1,0 +1,135 @@
+"""The trainer on the tiny model and the toy digits environment (rewards that vary)."""
+
+import dataclasses
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from agentic_esopt import agents, es, models, training
+from agentic_esopt.training import checkpoint, metrics, trainer
+
+import digits_env
+
+CONFIG = digits_env.TINY  # 3 generations, checkpoint every 1, eval at 0, 2 and 3.
+
+
+def assert_trees_equal(a, b):
+    leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def restore_final(workdir, config):
+    template = training.make_strategy(config).init(training.config.run_key(config),
+                                                   models.load("tiny").params)
+    checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
+    state = checkpointer.restore_latest(template)
+    checkpointer.close()
+    return state
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    config = dataclasses.replace(CONFIG, workdir=str(tmp_path_factory.mktemp("run")))
+    return config, training.train(config, digits_env.ENVS)
+
+
+def test_run_moves_params_and_the_history_replays_them_bitwise(finished):
+    config, result = finished
+    initial = models.load("tiny").params
+    assert int(result.state.generation) == 3
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(initial),
+                                                        jax.tree.leaves(result.state.params)))
+    replayed = es.history.replay(initial, os.path.join(config.workdir, "history.jsonl"))
+    assert_trees_equal(replayed, result.state.params)
+    assert_trees_equal(restore_final(config.workdir, config), result.state)
+
+
+def test_run_writes_every_record(finished):
+    config, result = finished
+    files = training.RunFiles(config.workdir)
+    header, records = es.history.read(files.history)
+    assert header["config"] == config.to_dict() and len(records) == 3
+    assert records[1]["task_ids"] == ["train-1-0", "train-1-1"]
+    logged = metrics.read_metrics(files.metrics)
+    assert [(r["kind"], r["generation"]) for r in logged] == [
+        ("eval", 0), ("train", 0), ("train", 1), ("eval", 2), ("train", 2), ("eval", 3)]
+    assert [r["reward_mean"] for r in logged if r["kind"] == "train"] == pytest.approx(
+        [float(np.mean(r["rewards"])) for r in records])
+    for generation in range(3):
+        episodes = agents.read_trajectories(files.train_trajectories(generation))
+        assert len(episodes) == 4 * 2 and {e.generation for e in episodes} == {generation}
+    assert sorted(os.listdir(files.trajectories)) == [
+        "eval_00000.jsonl", "eval_00002.jsonl", "eval_00003.jsonl", "gen_00000.jsonl",
+        "gen_00001.jsonl", "gen_00002.jsonl"]
+    assert sorted(os.listdir(files.checkpoints)) == ["1", "2", "3"]
+    assert os.listdir(files.tensorboard) and os.path.getsize(files.reward_curve) > 0
+    assert json.load(open(files.summary_json)) == result.summary
+    assert result.summary["final_generation"] == 3
+
+
+def test_rerunning_a_finished_run_changes_nothing(finished, tmp_path):
+    config, result = finished
+    workdir = shutil.copytree(config.workdir, tmp_path / "copy")
+    again = training.train(dataclasses.replace(config, workdir=str(workdir)), digits_env.ENVS)
+    assert_trees_equal(again.state, result.state)
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]
+    assert strip(metrics.read_metrics(workdir / "metrics.jsonl")) == strip(
+        metrics.read_metrics(os.path.join(config.workdir, "metrics.jsonl")))
+
+
+def _garble_all(step_dir):
+    for root, _, names in os.walk(step_dir):
+        for name in names:
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(b"not a checkpoint")
+
+
+def _flip_a_byte_of_the_largest_file(step_dir):
+    paths = [os.path.join(root, n) for root, _, names in os.walk(step_dir) for n in names]
+    largest = max(paths, key=os.path.getsize)
+    data = bytearray(open(largest, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(largest, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("corrupt", [_garble_all, _flip_a_byte_of_the_largest_file])
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(finished, tmp_path, caplog,
+                                                                  corrupt):
+    config, result = finished
+    workdir = shutil.copytree(config.workdir, tmp_path / "copy")
+    corrupt(workdir / "checkpoints" / "3")
+    again = training.train(dataclasses.replace(config, workdir=str(workdir)), digits_env.ENVS)
+    assert "checkpoint at step 3" in caplog.text and "unusable" in caplog.text
+    assert [p.name.split("-")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["3"]
+    assert_trees_equal(again.state, result.state)
+    assert len(es.history.read(workdir / "history.jsonl")[1]) == 3
+
+
+def test_changed_settings_are_refused_before_the_model_loads(finished, monkeypatch):
+    config, _ = finished
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model must not be loaded")
+
+    monkeypatch.setattr(models, "load", no_load)
+    changed = dataclasses.replace(config, population_size=6, seed=4)
+    with pytest.raises(ValueError, match="different configuration") as error:
+        training.train(changed, digits_env.ENVS)
+    assert "population_size: 4 in the workdir, 6 now" in str(error.value)
+    assert "seed: 3 in the workdir, 4 now" in str(error.value)
+
+
+def test_scope_that_selects_nothing_is_an_error(tmp_path):
+    config = dataclasses.replace(CONFIG, scope="no_such_layer", workdir=str(tmp_path))
+    with pytest.raises(ValueError, match="scope 'no_such_layer' matches no parameter"):
+        training.train(config, digits_env.ENVS)
+
+
+def test_is_due():
+    assert [g for g in range(8) if trainer.is_due(g, 3, 7)] == [0, 3, 6, 7]
