@@ -315,7 +315,7 @@ def rules_text(size: int) -> str:
         f"that each row, each column and each {box_rows}×{box_cols} box contains every "
         f"number from 1 to {size} exactly once. Given numbers cannot be changed.\n"
         f"Fill exactly one cell per turn by writing: set <row> <col> <value> "
-        f"(rows and columns are numbered 1 to {size}), for example: set 1 2 {size}."
+        f"(rows and columns are numbered 1 to {size})."
     )
 
 
@@ -406,6 +406,8 @@ class SudokuEnv:
         return None, f"Placed {v} at {where}."
 
     def _status(self) -> str:
-        blanks = sum(row.count(0) for row in self._board)
+        blanks = [f"{r + 1} {c + 1}" for r, row in enumerate(self._board)
+                  for c, value in enumerate(row) if not value]
         return (f"Current board:\n{render_board(self._board)}\n\n"
-                f"Empty cells: {blanks}. Turns left: {self._turn_limit - self._turn}.")
+                f"Empty cells (row col): {', '.join(blanks)}. "
+                f"Turns left: {self._turn_limit - self._turn}.")
