@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from agentic_esopt import es, models
+from agentic_esopt import es, fileio, models
 from agentic_esopt.agents import eoh
 from agentic_esopt.envs.ahd import aco, sandbox
 from agentic_esopt.envs.ahd.tasks import TASKS
@@ -294,33 +294,6 @@ def member_rewards(batch: eoh.Batch, size: int) -> np.ndarray:
 # ---------------------------------------------------------------- files
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False) as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(file.name, path)
-
-
-def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file; a torn last line is dropped."""
-    if not os.path.exists(path):
-        return []
-    records = []
-    with open(path, encoding="utf-8") as file:
-        for line in file:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return records
-
-
-def _write_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:
-    _write_atomically(path, "".join(json.dumps(r) + "\n" for r in records).encode())
-
-
 def checkpoint_path(run_dir: str, calls: int) -> str:
     """Where the ES state after `calls` LLM calls is saved."""
     return os.path.join(run_dir, f"es_state_{calls}.npz")
@@ -386,7 +359,7 @@ def _open_run_dir(run_dir: str, config: AHDConfig) -> int:
     elif os.path.exists(state_path) or os.path.exists(os.path.join(run_dir,
                                                                    eoh.PROGRAMS_FILE)):
         raise ValueError(f"{run_dir} holds a search without {RUN_FILE}; use a new directory")
-    _write_atomically(run_path, json.dumps(config.to_dict(), indent=2).encode())
+    fileio.atomic_write_text(run_path, json.dumps(config.to_dict(), indent=2))
     if not os.path.exists(state_path):
         return 0
     with open(state_path, encoding="utf-8") as file:
@@ -479,7 +452,7 @@ class _Loop:
             _prune_checkpoints(self.run_dir, {self.calls, search.call_count})
         record["batch_seconds"] = time.monotonic() - self.batch_start
         path = os.path.join(self.run_dir, METRICS_FILE)
-        _write_jsonl(path, _read_jsonl(path) + [record])
+        fileio.write_jsonl(path, fileio.read_jsonl(path) + [record])
         logging.info("calls %d: %d/%d valid, batch best %s, best %s", search.call_count,
                      record["num_valid"], record["batch_size"], record["batch_best"],
                      record["best"])
@@ -520,7 +493,7 @@ def coevolve(generate: Generate, params: PyTree, evaluate: eoh.Evaluate, task: A
         run_key = jax.random.key_data(jax.random.fold_in(seed_key, _ES_STREAM))
         es_state, history = _restore_es(run_dir, strategy, params, run_key, calls)
     metrics_path = os.path.join(run_dir, METRICS_FILE)
-    _write_jsonl(metrics_path, [r for r in _read_jsonl(metrics_path) if r["calls"] <= calls])
+    fileio.write_jsonl(metrics_path, [r for r in fileio.read_jsonl(metrics_path) if r["calls"] <= calls])
     loop = _Loop(generate, params, strategy, es_state, history,
                  jax.random.fold_in(seed_key, _SAMPLING_STREAM), calls, run_dir, task.minimise)
     search = search_config(config)
@@ -617,7 +590,7 @@ def run(config: AHDConfig, run_dir: str, model: Any = None) -> dict[str, Any]:
     outcome = coevolve(model_generator(model, config), model.params, evaluate, task,
                        config, run_dir)
     best = outcome.search.population[0] if outcome.search.population else None
-    records = _read_jsonl(os.path.join(run_dir, eoh.PROGRAMS_FILE))
+    records = fileio.read_jsonl(os.path.join(run_dir, eoh.PROGRAMS_FILE))
     summary = dict(
         task=config.task, size=config.problem_size(), method=config.method,
         seed=config.seed, minimise=task.minimise, budget=config.budget,
@@ -637,8 +610,8 @@ def run(config: AHDConfig, run_dir: str, model: Any = None) -> dict[str, Any]:
     if best is not None:
         summary["best_eval_objective"] = score_program(best.code, config,
                                                        eval_instances)["objective"]
-    _write_atomically(os.path.join(run_dir, SUMMARY_FILE),
-                      json.dumps(summary, indent=2).encode())
+    fileio.atomic_write_text(os.path.join(run_dir, SUMMARY_FILE),
+                             json.dumps(summary, indent=2))
     return summary
 
 

@@ -29,11 +29,11 @@ import functools
 import json
 import math
 import os
-import tempfile
 from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from agentic_esopt import fileio
 from agentic_esopt.agents import ahd_prompts
 from agentic_esopt.envs.ahd import sandbox
 
@@ -346,17 +346,6 @@ def _append_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:
         os.fsync(file.fileno())
 
 
-def _write_atomically(path: str, text: str) -> None:
-    """Writes `path` via a temporary file and ``os.replace`` (never half-written)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False,
-                                     encoding="utf-8") as file:
-        file.write(text)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(file.name, path)
-
-
 def _config_dict(config: EoHConfig | SampleConfig) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
@@ -367,21 +356,7 @@ def _checkpoint(run_dir: str, method: str, config: EoHConfig | SampleConfig,
                    population=[dataclasses.asdict(i) for i in state.population],
                    call_count=state.call_count, generation=state.generation,
                    rng_state=state.rng_state)
-    _write_atomically(os.path.join(run_dir, STATE_FILE), json.dumps(payload))
-
-
-def _read_log(path: str) -> list[dict[str, Any]]:
-    """The log's records; a torn last line (crash mid-write) is ignored."""
-    if not os.path.exists(path):
-        return []
-    records = []
-    with open(path, encoding="utf-8") as file:
-        for line in file:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return records
+    fileio.atomic_write_text(os.path.join(run_dir, STATE_FILE), json.dumps(payload))
 
 
 def _without_budget(config: dict[str, Any]) -> dict[str, Any]:
@@ -421,12 +396,12 @@ def _start(run_dir: str | None, resume: bool, method: str,
         _check_resumable(saved, method, config)
         state = SearchState(tuple(_individual(r) for r in saved["population"]),
                             saved["call_count"], saved["generation"], saved["rng_state"])
-    records = _read_log(log_path)
+    records = fileio.read_jsonl(log_path)
     cache = {r["code"]: _Outcome(r["valid"], r["objective"], r["error"])
              for r in records if r["code"]}
     kept = [r for r in records if r["call_index"] < state.call_count]
     os.makedirs(run_dir, exist_ok=True)
-    _write_atomically(log_path, "".join(json.dumps(r) + "\n" for r in kept))
+    fileio.write_jsonl(log_path, kept)
     return state, cache
 
 

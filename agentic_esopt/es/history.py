@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import zlib
 from typing import Any
 
 import jax
 import numpy as np
 
+from agentic_esopt import fileio
 from agentic_esopt.es import strategy as strategy_lib
 
 PyTree = Any
@@ -58,22 +57,6 @@ def _decode(line: str) -> dict:
     if zlib.crc32(body.encode()) != wrapped["crc"]:
         raise ValueError("checksum mismatch")
     return record
-
-
-def _atomic_write(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".history-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def read(path: str) -> tuple[dict, list[dict]]:
@@ -173,7 +156,7 @@ class HistoryWriter:
         self._flush()
 
     def _flush(self) -> None:
-        _atomic_write(self.path, "".join(_encode(r) for r in [self.header, *self.records]))
+        fileio.atomic_write_text(self.path, "".join(_encode(r) for r in [self.header, *self.records]))
 
 
 def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | None = None,

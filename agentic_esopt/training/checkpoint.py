@@ -31,7 +31,8 @@ from absl import logging
 from agentic_esopt import es
 from agentic_esopt.training import metrics
 from agentic_esopt.training.config import TrainConfig
-from agentic_esopt.training.files import RunFiles, atomic_write_text
+from agentic_esopt.fileio import atomic_write_text
+from agentic_esopt.training.files import RunFiles
 
 _TRAJECTORY_FILE = re.compile(r"(gen|eval)_(\d+)\.jsonl$")
 

@@ -15,7 +15,7 @@ import os
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from agentic_esopt.training.files import atomic_write_text
+from agentic_esopt.fileio import write_jsonl
 
 KINDS = ("train", "eval")
 
@@ -41,7 +41,7 @@ def trim_metrics(path: str, generation: int) -> None:
     if not os.path.exists(path):
         return
     kept = [r for r in read_metrics(path) if r["generation"] < generation]
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    write_jsonl(path, kept)
 
 
 class MetricsLogger:

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
-from agentic_esopt.training.files import atomic_write_text  # pylint: disable=wrong-import-position
+from agentic_esopt.fileio import atomic_write_text  # pylint: disable=wrong-import-position
 
 COMPARED = (("mean_reward", "mean reward"), ("success_rate", "success rate"))
 
