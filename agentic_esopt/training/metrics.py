@@ -15,25 +15,14 @@ import os
 from absl import logging
 from tensorboardX import SummaryWriter
 
-from agentic_esopt.fileio import write_jsonl
+from agentic_esopt.fileio import read_jsonl, write_jsonl
 
 KINDS = ("train", "eval")
 
 
 def read_metrics(path: str) -> list[dict]:
     """All intact records of a metrics file (a truncated last line is skipped)."""
-    if not os.path.exists(path):
-        return []
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and record.get("kind") in KINDS:
-                records.append(record)
-    return records
+    return [r for r in read_jsonl(path) if isinstance(r, dict) and r.get("kind") in KINDS]
 
 
 def trim_metrics(path: str, generation: int) -> None:
