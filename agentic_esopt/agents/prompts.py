@@ -9,13 +9,6 @@ from __future__ import annotations
 
 Message = dict[str, str]
 
-SUDOKU_SYSTEM_PROMPT = (
-    "You are an expert Sudoku player. Each turn you see the current board and fill exactly "
-    "one empty cell. Think briefly if you need to, then end your reply with a single command "
-    "of the form: set <row> <col> <value>"
-)
-
-
 def initial_messages(system_prompt: str | None, observation: str) -> list[Message]:
     """The opening conversation: an optional system message and the first observation."""
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -32,12 +25,15 @@ def trim_history(messages: list[Message], keep_turns: int | None) -> list[Messag
     """Keeps the system message, the first observation and the last ``keep_turns`` turns.
 
     Bounds the prompt for long horizons; observations must therefore restate the state
-    (Sudoku's show the whole board). ``None`` keeps everything.
+    (Sudoku's show the whole board). ``0`` keeps only the system message and the latest
+    observation (a Markov agent); ``None`` keeps everything.
     """
     if keep_turns is None:
         return list(messages)
-    if keep_turns < 1:
-        raise ValueError(f"keep_turns must be >= 1 or None, got {keep_turns}")
+    if keep_turns < 0:
+        raise ValueError(f"keep_turns must be >= 0 or None, got {keep_turns}")
     opening = 2 if messages and messages[0]["role"] == "system" else 1
     head, turns = messages[:opening], messages[opening:]
+    if keep_turns == 0:
+        return head[:-1] + [turns[-1]] if turns else list(head)
     return head + turns[max(0, len(turns) - 2 * keep_turns):]

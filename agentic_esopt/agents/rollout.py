@@ -2,7 +2,10 @@
 
 Rows are (member, task) pairs: every member plays the same tasks. At each turn all rows
 still running go through ONE policy call, so a population-aware model generates for G
-members × k episodes in one batch. Finished episodes drop out of the batch.
+members × k episodes in one batch. Finished episodes drop out of the batch. The policy
+also gets each row's task index: the model policy samples every member's episode of a
+task from the same random stream (common random numbers), so members' rewards differ by
+their parameters rather than by sampling luck.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import numpy as np
 from agentic_esopt.agents.prompts import Message, add_turn, initial_messages, trim_history
 from agentic_esopt.envs.base import EnvFactory
 
-# policy(conversations, members) -> one reply per conversation; members[i] is the ES
-# member whose parameters must produce reply i.
-Policy = Callable[[list[list[Message]], list[int]], list[str]]
+# policy(conversations, members, task_indices) -> one reply per conversation; members[i]
+# is the ES member whose parameters must produce reply i, task_indices[i] the position of
+# its task in the generation's task list.
+Policy = Callable[[list[list[Message]], list[int], list[int]], list[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +69,7 @@ def run_episodes(env_factory: EnvFactory, tasks: Sequence[Any], policy: Policy,
     Args:
       env_factory: makes a fresh environment; called once per episode.
       tasks: the generation's tasks (each with an ``id``), the same for every member.
-      policy: ``policy(conversations, members) -> replies``.
+      policy: ``policy(conversations, members, task_indices) -> replies``.
       members: distinct member indices to evaluate, e.g. ``range(G)``.
       system_prompt: optional system message opening every conversation.
       generation: ES generation, recorded in each trajectory.
@@ -83,10 +87,10 @@ def run_episodes(env_factory: EnvFactory, tasks: Sequence[Any], policy: Policy,
         raise ValueError(f"members must be distinct, got {members}")
     if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    rows = list(itertools.product(members, tasks))
+    rows = list(itertools.product(members, range(len(tasks))))
     envs = [env_factory() for _ in rows]
-    conversations = [initial_messages(system_prompt, env.reset(task, max_turns=max_turns))
-                     for env, (_, task) in zip(envs, rows)]
+    conversations = [initial_messages(system_prompt, env.reset(tasks[t], max_turns=max_turns))
+                     for env, (_, t) in zip(envs, rows)]
     actions: list[list[str]] = [[] for _ in rows]
     rewards: list[list[float]] = [[] for _ in rows]
     infos: list[dict[str, Any]] = [{} for _ in rows]
@@ -95,7 +99,8 @@ def run_episodes(env_factory: EnvFactory, tasks: Sequence[Any], policy: Policy,
         if max_turns is not None and len(actions[active[0]]) >= max_turns:
             raise RuntimeError(f"environment did not end its episodes within max_turns="
                                f"{max_turns}; it must honour reset(..., max_turns=)")
-        replies = policy([conversations[i] for i in active], [rows[i][0] for i in active])
+        replies = policy([conversations[i] for i in active], [rows[i][0] for i in active],
+                         [rows[i][1] for i in active])
         if len(replies) != len(active) or not all(isinstance(r, str) for r in replies):
             raise ValueError(f"policy must return {len(active)} strings, got {replies!r:.200}")
         still_active = []
@@ -109,11 +114,11 @@ def run_episodes(env_factory: EnvFactory, tasks: Sequence[Any], policy: Policy,
                 still_active.append(i)
         active = still_active
     trajectories = [
-        Trajectory(member=member, task_id=str(task.id), generation=int(generation),
+        Trajectory(member=member, task_id=str(tasks[t].id), generation=int(generation),
                    messages=conversations[i], actions=actions[i], rewards=rewards[i],
                    total_reward=float(sum(rewards[i])), num_turns=len(actions[i]),
                    solved=bool(infos[i].get("solved", False)), info=infos[i])
-        for i, (member, task) in enumerate(rows)
+        for i, (member, t) in enumerate(rows)
     ]
     if trajectory_path is not None:
         write_trajectories(trajectory_path, trajectories)
@@ -161,7 +166,8 @@ def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
       population: the generation's ``es.Population``, or None to act with θ itself.
       max_new_tokens: per-turn token limit.
       temperature: 0 is greedy.
-      key: sampling key (required when temperature > 0); call k uses fold_in(key, k).
+      key: sampling key (required when temperature > 0); call k uses fold_in(key, k),
+        and within a call every row of the same task shares one sampling stream.
       history_turns: keep only the last k turns in each prompt (None keeps all).
       reply_prefix: text that opens every reply (e.g. "set "): appended to the prompt
         after the generation prompt, and part of the returned reply. It steers small
@@ -169,7 +175,7 @@ def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
       stop: stop strings ending a reply early.
 
     Returns:
-      ``policy(conversations, members) -> replies``.
+      ``policy(conversations, members, task_indices) -> replies``.
     """
     # Imported here so the engine, parsers and environments load without the model stack.
     from agentic_esopt import models  # pylint: disable=import-outside-toplevel
@@ -178,7 +184,8 @@ def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
         raise ValueError("sampling with temperature > 0 needs a key")
     call_index = itertools.count()
 
-    def policy(conversations: list[list[Message]], members: list[int]) -> list[str]:
+    def policy(conversations: list[list[Message]], members: list[int],
+               task_indices: list[int]) -> list[str]:
         prompts = [model.tokenizer.apply_chat_template(trim_history(c, history_turns),
                                                        add_generation_prompt=True,
                                                        tokenize=False) + reply_prefix
@@ -187,7 +194,8 @@ def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
         output = models.generate(
             model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
             key=call_key, population=population, stop=stop or None,
-            members=None if population is None else np.asarray(members, dtype=np.int32))
+            members=None if population is None else np.asarray(members, dtype=np.int32),
+            streams=np.asarray(task_indices, dtype=np.int32))
         return [reply_prefix + text for text in output.texts]
 
     return policy

@@ -8,6 +8,10 @@ change nothing and come back as feedback. The episode ends when the board is ful
 3·H* turns (every reply counts as a turn). Reward, given on the final step: 1.0 iff the
 board is a complete valid grid, else 0.0, or with ``partial_credit`` the fraction of the
 originally blank cells that match the solution.
+
+With ``list_legal_moves`` every observation lists the moves that break no rule right now
+(one ``set r c v`` per candidate value of each empty cell), as text-game environments list
+admissible commands; the agent still has to pick moves that lead to the solution.
 """
 
 from __future__ import annotations
@@ -307,23 +311,24 @@ def render_board(board: Sequence[Sequence[int]]) -> str:
     return "\n".join(lines)
 
 
-def rules_text(size: int) -> str:
-    """The rules and the action format for a ``size``×``size`` board."""
+def system_prompt(size: int) -> str:
+    """The agent's instructions for a ``size``×``size`` board: rules and action format."""
     box_rows, box_cols = box_shape(size)
     return (
-        f"Sudoku {size}×{size}: fill every empty cell ('.') with a number from 1 to {size} so "
-        f"that each row, each column and each {box_rows}×{box_cols} box contains every "
-        f"number from 1 to {size} exactly once. Given numbers cannot be changed.\n"
-        f"Fill exactly one cell per turn by writing: set <row> <col> <value> "
-        f"(rows and columns are numbered 1 to {size})."
+        f"You are an expert Sudoku player. Sudoku {size}×{size}: fill every empty cell ('.') "
+        f"with a number from 1 to {size} so that each row, each column and each "
+        f"{box_rows}×{box_cols} box contains every number exactly once; given numbers cannot "
+        f"change. Each turn you see the board and fill one cell. End your reply with: "
+        f"set <row> <col> <value> (rows and columns are numbered 1 to {size})."
     )
 
 
 class SudokuEnv:
     """One Sudoku episode (see the module docstring for the rules and rewards)."""
 
-    def __init__(self, partial_credit: bool = False):
+    def __init__(self, partial_credit: bool = False, list_legal_moves: bool = False):
         self.partial_credit = partial_credit
+        self.list_legal_moves = list_legal_moves
         self._task: SudokuTask | None = None
         self._board: list[list[int]] = []
         self._turn = 0
@@ -331,7 +336,10 @@ class SudokuEnv:
         self._done = False
 
     def reset(self, task: SudokuTask, *, max_turns: int | None = None) -> str:
-        """Starts ``task``; the episode lasts min(3·H*, ``max_turns``) turns."""
+        """Starts ``task``; returns the board (the rules are in ``system_prompt``).
+
+        The episode lasts min(3·H*, ``max_turns``) turns.
+        """
         if not isinstance(task, SudokuTask):
             raise TypeError(f"SudokuEnv needs a SudokuTask, got {type(task).__name__}")
         if max_turns is not None and max_turns < 1:
@@ -343,7 +351,7 @@ class SudokuEnv:
         if max_turns is not None:
             self._turn_limit = min(self._turn_limit, max_turns)
         self._done = False
-        return f"{rules_text(task.size)}\n\n{self._status()}"
+        return self._status()
 
     def step(self, action_text: str) -> StepResult:
         """Applies one ``set r c v`` reply; returns feedback, the board and turns left."""
@@ -405,9 +413,19 @@ class SudokuEnv:
         self._board[r - 1][c - 1] = v
         return None, f"Placed {v} at {where}."
 
+    def legal_moves(self) -> list[str]:
+        """Every move that breaks no rule on the current board, as ``set r c v``."""
+        size = len(self._board)
+        return [f"set {r + 1} {c + 1} {v}"
+                for r, c in itertools.product(range(size), repeat=2) if not self._board[r][c]
+                for v in range(1, size + 1) if not conflicts(self._board, r, c, v)]
+
     def _status(self) -> str:
-        blanks = [f"{r + 1} {c + 1}" for r, row in enumerate(self._board)
-                  for c, value in enumerate(row) if not value]
+        if self.list_legal_moves:
+            options = f"Legal moves: {', '.join(self.legal_moves()) or 'none'}."
+        else:
+            blanks = [f"{r + 1} {c + 1}" for r, row in enumerate(self._board)
+                      for c, value in enumerate(row) if not value]
+            options = f"Empty cells (row col): {', '.join(blanks)}."
         return (f"Current board:\n{render_board(self._board)}\n\n"
-                f"Empty cells (row col): {', '.join(blanks)}. "
-                f"Turns left: {self._turn_limit - self._turn}.")
+                f"{options} Turns left: {self._turn_limit - self._turn}.")

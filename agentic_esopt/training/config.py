@@ -36,6 +36,8 @@ class TrainConfig:
     mask_count: int = _field(2, "Blank cells per puzzle (H*, the horizon).")
     partial_credit: bool = _field(False, "Reward the fraction of blanks filled correctly "
                                          "instead of 1/0 for solved/unsolved.")
+    list_legal_moves: bool = _field(False, "Sudoku observations list every move that breaks "
+                                           "no rule (admissible commands).")
     anchor_path: str | None = _field(None, "Optional folder with train.jsonl and "
                                            "<eval_split>.jsonl puzzles to use instead of "
                                            "generated ones.")
@@ -70,7 +72,8 @@ class TrainConfig:
     temperature: float = _field(0.0, "Sampling temperature of training rollouts "
                                      "(0 = greedy).")
     history_turns: int | None = _field(None, "Keep only the last k turns in each prompt "
-                                             "(default: all).")
+                                             "(0: only the latest observation; default: "
+                                             "all).")
     reply_prefix: str = _field("", "Text that opens every reply (e.g. 'set '); steers small "
                                    "models into the action format.")
     stop_at_newline: bool = _field(False, "End each reply at its first newline.")
@@ -204,8 +207,8 @@ def _problems(c: TrainConfig, envs: typing.Mapping[str, tasks.EnvSpec]) -> list[
     check(c.max_turns is None or c.max_turns >= 1, f"max_turns must be >= 1, got {c.max_turns}")
     check(c.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {c.max_new_tokens}")
     check(c.temperature >= 0, f"temperature must be >= 0, got {c.temperature}")
-    check(c.history_turns is None or c.history_turns >= 1,
-          f"history_turns must be >= 1, got {c.history_turns}")
+    check(c.history_turns is None or c.history_turns >= 0,
+          f"history_turns must be >= 0, got {c.history_turns}")
     check(c.eval_split in EVAL_SPLITS,
           f"eval_split must be one of {EVAL_SPLITS} (never the training split), got "
           f"{c.eval_split!r}")

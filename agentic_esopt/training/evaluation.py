@@ -27,8 +27,12 @@ def mean_and_standard_error(values: Sequence[float]) -> tuple[float, float]:
     return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
 
 
-def episode_statistics(trajectories: Sequence[agents.Trajectory]) -> dict[str, float]:
-    """Mean total reward and success rate of episodes, each with its standard error."""
+def episode_statistics(trajectories: Sequence[agents.Trajectory]) -> dict[str, Any]:
+    """Mean total reward and success rate of episodes, each with its standard error.
+
+    The per-episode task ids, rewards and outcomes are kept too, so that two evaluations
+    of the same tasks can be compared pairwise (``report.summarize``).
+    """
     mean_reward, mean_reward_se = mean_and_standard_error(
         [t.total_reward for t in trajectories])
     success_rate, success_rate_se = mean_and_standard_error(
@@ -36,13 +40,19 @@ def episode_statistics(trajectories: Sequence[agents.Trajectory]) -> dict[str, f
     return dict(num_episodes=len(trajectories), mean_reward=mean_reward,
                 mean_reward_se=mean_reward_se, success_rate=success_rate,
                 success_rate_se=success_rate_se,
-                mean_turns=float(np.mean([t.num_turns for t in trajectories])))
+                mean_turns=float(np.mean([t.num_turns for t in trajectories])),
+                episode_task_ids=[t.task_id for t in trajectories],
+                episode_rewards=[t.total_reward for t in trajectories],
+                episode_solved=[float(t.solved) for t in trajectories])
 
 
 def evaluate(model: models.Model, params: PyTree, source: tasks_lib.TaskSource,
              config: config_lib.TrainConfig, generation: int,
-             trajectory_path: str | None = None) -> dict[str, float]:
+             trajectory_path: str | None = None) -> dict[str, Any]:
     """Plays every held-out task once with ``params`` (no perturbation).
+
+    Every evaluation of a run samples with the same key, so evaluations at different
+    generations differ only by their parameters (paired comparisons).
 
     Args:
       model: the loaded model (its params are replaced by ``params``).
@@ -50,7 +60,7 @@ def evaluate(model: models.Model, params: PyTree, source: tasks_lib.TaskSource,
       source: gives the environment, system prompt and held-out tasks.
       config: rollout settings (``policy_options``, eval_temperature, max_turns) and the
         seed of the sampling key.
-      generation: completed generations behind ``params``; selects the sampling key.
+      generation: completed generations behind ``params`` (recorded in the episodes).
       trajectory_path: optional JSONL file for the episodes.
 
     Returns:
@@ -58,7 +68,7 @@ def evaluate(model: models.Model, params: PyTree, source: tasks_lib.TaskSource,
     """
     policy = agents.make_model_policy(
         dataclasses.replace(model, params=params), None, temperature=config.eval_temperature,
-        key=config_lib.sampling_key(config, config_lib.EVAL_SAMPLING_STREAM, generation),
+        key=config_lib.sampling_key(config, config_lib.EVAL_SAMPLING_STREAM, 0),
         **config_lib.policy_options(config))
     trajectories = agents.run_episodes(
         source.env_factory, source.eval_tasks, policy, [0],

@@ -7,13 +7,16 @@ import math
 from collections.abc import Sequence
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=wrong-import-position
 
 from agentic_esopt.fileio import atomic_write_text  # pylint: disable=wrong-import-position
 
-COMPARED = (("mean_reward", "mean reward"), ("success_rate", "success rate"))
+# (summary key, label, per-episode key of eval records)
+COMPARED = (("mean_reward", "mean reward", "episode_rewards"),
+            ("success_rate", "success rate", "episode_solved"))
 
 
 def _of_kind(records: Sequence[dict], kind: str) -> list[dict]:
@@ -30,7 +33,7 @@ def plot_reward_curve(records: Sequence[dict], path: str) -> None:
     left.set(title="Training reward", xlabel="generation", ylabel="reward")
     left.legend()
     eval_generations = [r["generation"] for r in evals]
-    for key, label in COMPARED:
+    for key, label, _ in COMPARED:
         right.errorbar(eval_generations, [r[key] for r in evals],
                        yerr=[r[f"{key}_se"] for r in evals], capsize=3, marker="o",
                        label=label)
@@ -41,23 +44,42 @@ def plot_reward_curve(records: Sequence[dict], path: str) -> None:
     plt.close(figure)
 
 
-def _comparison(initial: dict, final: dict, key: str) -> dict:
+def _ratio(difference: float, se: float) -> float | None:
+    if se > 0:
+        return difference / se
+    return 0.0 if difference == 0 else None  # No spread: only "no change" has a ratio.
+
+
+def _paired_se(initial: dict, final: dict, episodes_key: str) -> float | None:
+    """s.e. of the mean per-episode difference, when both evaluations played the same
+    tasks in the same order (else None)."""
+    tasks = initial.get("episode_task_ids")
+    if tasks is None or tasks != final.get("episode_task_ids"):
+        return None
+    differences = np.subtract(final[episodes_key], initial[episodes_key])
+    if differences.size < 2:
+        return None
+    return float(differences.std(ddof=1) / math.sqrt(differences.size))
+
+
+def _comparison(initial: dict, final: dict, key: str, episodes_key: str) -> dict:
     difference = final[key] - initial[key]
     pooled_se = math.hypot(initial[f"{key}_se"], final[f"{key}_se"])
-    if pooled_se > 0:
-        in_se = difference / pooled_se
-    else:  # No spread at all: only "no change" has a meaningful ratio.
-        in_se = 0.0 if difference == 0 else None
+    paired_se = _paired_se(initial, final, episodes_key)
     return dict(initial=initial[key], initial_se=initial[f"{key}_se"], final=final[key],
                 final_se=final[f"{key}_se"], difference=difference,
-                difference_in_se=in_se)
+                difference_in_se=_ratio(difference, pooled_se), paired_se=paired_se,
+                difference_in_paired_se=(None if paired_se is None
+                                         else _ratio(difference, paired_se)))
 
 
 def summarize(records: Sequence[dict]) -> dict:
     """Initial vs final held-out evaluation, the difference in s.e. units, and wall time.
 
-    The difference is divided by the pooled s.e. √(se_initial² + se_final²); it is None
-    when both standard errors are 0 and the values differ.
+    The difference is divided by the pooled s.e. √(se_initial² + se_final²) and, when both
+    evaluations played the same tasks (as ``evaluation.evaluate`` does, with the same
+    sampling key), by the paired s.e. of the per-episode differences. A ratio is None
+    when its s.e. is 0 and the values differ.
     """
     train, evals = _of_kind(records, "train"), _of_kind(records, "eval")
     if not evals:
@@ -66,7 +88,8 @@ def summarize(records: Sequence[dict]) -> dict:
     return dict(
         generations=len(train), initial_generation=initial["generation"],
         final_generation=final["generation"], eval_episodes=final["num_episodes"],
-        **{key: _comparison(initial, final, key) for key, _ in COMPARED},
+        **{key: _comparison(initial, final, key, episodes)
+           for key, _, episodes in COMPARED},
         train_reward_mean_first=train[0]["reward_mean"] if train else None,
         train_reward_mean_last=train[-1]["reward_mean"] if train else None,
         wall_time_s=sum(r["wall_time_s"] for r in records))
@@ -80,14 +103,16 @@ def summary_markdown(summary: dict) -> str:
     """The summary as a markdown table."""
     lines = [
         f"| metric | initial (gen {summary['initial_generation']}) | final (gen "
-        f"{summary['final_generation']}) | difference | difference / s.e. |",
-        "|---|---|---|---|---|",
+        f"{summary['final_generation']}) | difference | difference / s.e. | "
+        "difference / paired s.e. |",
+        "|---|---|---|---|---|---|",
     ]
-    for key, label in COMPARED:
+    for key, label, _ in COMPARED:
         c = summary[key]
         lines.append(f"| {label} | {c['initial']:.4f} ± {c['initial_se']:.4f} | "
                      f"{c['final']:.4f} ± {c['final_se']:.4f} | {c['difference']:+.4f} | "
-                     f"{_format_ratio(c['difference_in_se'])} |")
+                     f"{_format_ratio(c['difference_in_se'])} | "
+                     f"{_format_ratio(c['difference_in_paired_se'])} |")
     lines.append("")
     lines.append(f"{summary['generations']} generations, {summary['eval_episodes']} held-out "
                  f"episodes per evaluation, wall time {summary['wall_time_s']:.1f} s.")

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from agentic_esopt.agents import prompts
 from agentic_esopt.envs import base, sudoku
 
 if TYPE_CHECKING:
@@ -118,9 +117,10 @@ def sudoku_source(config: TrainConfig) -> TaskSource:
                                          split="train")
 
     train_tasks(0)  # Fails now, before any compute, if the setting cannot make tasks.
-    return TaskSource(env_factory=functools.partial(sudoku.SudokuEnv,
-                                                    partial_credit=config.partial_credit),
-                      system_prompt=prompts.SUDOKU_SYSTEM_PROMPT, train_tasks=train_tasks,
+    return TaskSource(env_factory=functools.partial(
+                          sudoku.SudokuEnv, partial_credit=config.partial_credit,
+                          list_legal_moves=config.list_legal_moves),
+                      system_prompt=sudoku.system_prompt(config.board_size), train_tasks=train_tasks,
                       eval_tasks=eval_tasks)
 
 

@@ -24,9 +24,11 @@ class OracleForMemberZero:
     def __init__(self, tasks):
         self.tasks = tasks
         self.calls = []
+        self.task_indices = []
 
-    def __call__(self, conversations, members):
+    def __call__(self, conversations, members, task_indices):
         self.calls.append(list(members))
+        self.task_indices.append(list(task_indices))
         return [self.reply(c) if m == 0 else f"member {m} thinks" for c, m in
                 zip(conversations, members)]
 
@@ -51,6 +53,7 @@ def test_rows_act_with_their_own_member_and_finished_rows_drop_out():
     # 3·H* turns (6 and 12). One policy call per turn covers every active row.
     assert [len(call) for call in policy.calls] == [6, 6, 5, 5, 4, 4] + [2] * 6
     assert policy.calls[0] == [0, 0, 1, 1, 2, 2] and policy.calls[-1] == [1, 2]
+    assert policy.task_indices[0] == [0, 1, 0, 1, 0, 1] and policy.task_indices[-1] == [1, 1]
     assert [(t.member, t.task_id) for t in trajectories] == [
         (m, task.id) for m in (0, 1, 2) for task in TASKS]
     assert [t.num_turns for t in trajectories] == [2, 4, 6, 12, 6, 12]
@@ -119,9 +122,9 @@ def test_bad_arguments(kwargs, error, message):
 
 def test_policy_and_environment_contract_violations_are_errors():
     with pytest.raises(ValueError, match="policy must return 2 strings"):
-        rollout.run_episodes(sudoku.SudokuEnv, TASKS, lambda c, m: ["set 1 1 1"], [0])
+        rollout.run_episodes(sudoku.SudokuEnv, TASKS, lambda c, m, t: ["set 1 1 1"], [0])
     with pytest.raises(RuntimeError, match="did not end its episodes within max_turns=4"):
-        rollout.run_episodes(NeverEnds, TASKS, lambda c, m: ["x"] * len(c), [0], max_turns=4)
+        rollout.run_episodes(NeverEnds, TASKS, lambda c, m, t: ["x"] * len(c), [0], max_turns=4)
 
 
 def test_trim_history_keeps_system_first_observation_and_last_turns():
@@ -134,8 +137,11 @@ def test_trim_history_keeps_system_first_observation_and_last_turns():
     no_system = prompts.initial_messages(None, "obs0") + messages[2:]
     assert [m["content"] for m in prompts.trim_history(no_system, 2)] == [
         "obs0", "act2", "obs2", "act3", "obs3"]
+    assert [m["content"] for m in prompts.trim_history(messages, 0)] == ["sys", "obs3"]
+    assert prompts.trim_history(messages[:2], 0) == messages[:2]
+    assert [m["content"] for m in prompts.trim_history(no_system, 0)] == ["obs3"]
     with pytest.raises(ValueError, match="keep_turns"):
-        prompts.trim_history(messages, 0)
+        prompts.trim_history(messages, -1)
 
 
 class FakeTokenizer:
@@ -162,20 +168,21 @@ def test_model_policy_templates_trims_and_routes_members(monkeypatch):
                                        history_turns=1)
     long = prompts.add_turn(prompts.initial_messages("sys", "o0"), "a1", "o1")
     long = prompts.add_turn(long, "a2", "o2")
-    replies = policy([long, prompts.initial_messages("sys", "o0")], [3, 1])
-    policy([long], [0])
+    replies = policy([long, prompts.initial_messages("sys", "o0")], [3, 1], [4, 0])
+    policy([long], [0], [4])
     assert replies == ["reply 0", "reply 1"]
     (first_prompts, first), (_, second) = calls
     assert first_prompts == ["system:sys|user:o0|assistant:a2|user:o2|assistant:",
                              "system:sys|user:o0|assistant:"]
     assert first["population"] is population and first["max_new_tokens"] == 7
     np.testing.assert_array_equal(first["members"], [3, 1])
+    np.testing.assert_array_equal(first["streams"], [4, 0])
     assert first["temperature"] == 0.5
     assert not np.array_equal(jax.random.key_data(first["key"]),
                               jax.random.key_data(second["key"]))
 
     greedy = rollout.make_model_policy(FakeModel(), None, max_new_tokens=7)
-    greedy([long], [5])
+    greedy([long], [5], [0])
     assert calls[-1][1]["members"] is None and calls[-1][1]["key"] is None
     with pytest.raises(ValueError, match="needs a key"):
         rollout.make_model_policy(FakeModel(), None, max_new_tokens=7, temperature=1.0)

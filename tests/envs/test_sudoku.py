@@ -42,12 +42,11 @@ def env():
     return env
 
 
-def test_reset_shows_rules_board_and_turns():
+def test_reset_shows_board_and_turns_and_the_system_prompt_the_rules():
     observation = SudokuEnv().reset(TASK_4)
-    assert "set <row> <col> <value>" in observation
-    assert "2×2 box" in observation
     assert "1 | . 2 | 3 4" in observation
     assert "Turns left: 9" in observation
+    assert "set <row> <col> <value>" in sudoku.system_prompt(4)
 
 
 def test_legal_move_fills_the_cell(env):
@@ -140,8 +139,9 @@ def test_legal_move_that_differs_from_the_solution_is_allowed_but_earns_nothing(
 def test_every_board_size_plays_to_a_solution(size, mask_count, box):
     task = sudoku.generate_tasks(1, size, mask_count, seed=0, split="train")[0]
     env = SudokuEnv()
-    observation = env.reset(task)
-    assert f"{box} box" in observation and f"numbered 1 to {size}" in observation
+    env.reset(task)
+    rules = sudoku.system_prompt(size)
+    assert f"{box} box" in rules and f"numbered 1 to {size}" in rules
     results = solve_in_env(env, task)
     assert results[-1].reward == 1.0 and results[-1].done
     assert not any(r.done for r in results[:-1])
@@ -243,3 +243,17 @@ def test_anchor_files_load_as_unique_disjoint_puzzles():
     env = SudokuEnv()
     env.reset(train[0])
     assert solve_in_env(env, train[0])[-1].reward == 1.0
+
+
+def test_legal_moves_listing_follows_the_board():
+    task = SudokuTask(id="t", size=4, puzzle=((0, 0, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3),
+                                              (4, 3, 2, 1)),
+                      solution=((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1)),
+                      mask_count=2)
+    env = SudokuEnv(list_legal_moves=True)
+    observation = env.reset(task)
+    assert env.legal_moves() == ["set 1 1 1", "set 1 2 2"]
+    assert "Legal moves: set 1 1 1, set 1 2 2. Turns left: 6." in observation
+    assert "Legal moves: set 1 2 2." in env.step("set 1 1 1").observation
+    assert env.legal_moves() == ["set 1 2 2"]
+    assert "Legal moves" not in SudokuEnv().reset(task)

@@ -107,6 +107,21 @@ def test_sampling_is_reproducible_per_key(reference, greedy):
     assert sample(jax.random.key(4), top_p=1e-6) == greedy.token_ids
 
 
+def test_rows_sharing_a_stream_draw_the_same_sample(reference):
+    model = reference[1]
+    prompts = [PROMPTS[0]] * 4
+
+    def sample(streams):
+        return models.generate(model, prompts, max_new_tokens=12, temperature=1.0,
+                               key=jax.random.key(5), streams=streams).token_ids
+
+    independent = sample(None)
+    assert len({tuple(ids) for ids in independent}) > 1
+    shared = sample([7, 7, 2, 7])
+    assert shared[0] == shared[1] == shared[3] != shared[2]
+    assert sample([0, 1, 2, 3]) == independent  # The default stream is the row index.
+
+
 def test_top_k_and_top_p_restrict_the_support():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 2000, np.float32))
     keys = jax.random.split(jax.random.key(0), 2000)
@@ -160,6 +175,8 @@ def test_stop_strings_end_generation_between_chunks(reference):
     (dict(max_new_tokens=0), "max_new_tokens"),
     (dict(members=[0]), "without a population"),
     (dict(stop=[""]), "non-empty"),
+    (dict(streams=[0, 1]), "streams must be 1 integers"),
+    (dict(streams=[-1]), "streams must be in"),
 ])
 def test_bad_arguments_raise(kwargs, message):
     model = models.load("tiny")

@@ -41,6 +41,6 @@ ENVS = {**training.ENVS, "digits": training.EnvSpec(lambda config: [], digits_so
 # training and evaluation batches share shapes and sampling mode, so compile once.
 TINY = training.TrainConfig(
     env="digits", model="tiny", population_size=4, sigma_schedule="constant",
-    sigma_start=0.05, sigma_end=0.05, learning_rate=0.05, generations=3,
+    sigma_start=0.5, sigma_end=0.5, learning_rate=0.05, generations=3,
     tasks_per_generation=2, max_new_tokens=4, temperature=1.0, eval_size=2, eval_every=2,
     eval_temperature=1.0, checkpoint_every=1, seed=3)

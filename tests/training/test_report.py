@@ -57,12 +57,37 @@ def test_summary_compares_first_and_last_evaluation_in_standard_errors():
     assert summary["train_reward_mean_last"] == 0.4
 
 
+def _eval_of(generation, task_ids, rewards, solved):
+    statistics = evaluation.episode_statistics([
+        Trajectory(member=0, task_id=t, generation=generation, messages=[], actions=["a"],
+                   rewards=[r], total_reward=r, num_turns=1, solved=s, info={})
+        for t, r, s in zip(task_ids, rewards, solved)])
+    return dict(kind="eval", generation=generation, wall_time_s=1.0, **statistics)
+
+
+def test_summary_pairs_evaluations_of_the_same_tasks():
+    before = _eval_of(0, ["a", "b", "c", "d"], [0.0, 0.5, 0.5, 1.0], [0, 0, 0, 1])
+    after = _eval_of(3, ["a", "b", "c", "d"], [0.5, 1.0, 0.5, 1.0], [0, 1, 0, 1])
+    reward = report.summarize([before, after])["mean_reward"]
+    differences = np.array([0.5, 0.5, 0.0, 0.0])
+    assert reward["difference"] == pytest.approx(differences.mean())
+    assert reward["paired_se"] == pytest.approx(differences.std(ddof=1) / 2)
+    assert reward["difference_in_paired_se"] == pytest.approx(
+        differences.mean() / (differences.std(ddof=1) / 2))
+    success = report.summarize([before, after])["success_rate"]
+    assert success["difference_in_paired_se"] == pytest.approx(0.25 / 0.25)
+    other_tasks = _eval_of(3, ["a", "b", "c", "e"], [0.5, 1.0, 0.5, 1.0], [0, 1, 0, 1])
+    unpaired = report.summarize([before, other_tasks])["mean_reward"]
+    assert unpaired["paired_se"] is None and unpaired["difference_in_paired_se"] is None
+    assert unpaired["difference_in_se"] == pytest.approx(reward["difference_in_se"])
+
+
 def test_summary_without_spread():
     same = [_eval(0, 0.0, 0.0, 0.0, 0.0), _eval(1, 0.0, 0.0, 1.0, 0.0)]
     summary = report.summarize(same)
     assert summary["mean_reward"]["difference_in_se"] == 0.0
     assert summary["success_rate"]["difference_in_se"] is None
-    assert "| success rate | 0.0000 ± 0.0000 | 1.0000 ± 0.0000 | +1.0000 | n/a |" in (
+    assert "| success rate | 0.0000 ± 0.0000 | 1.0000 ± 0.0000 | +1.0000 | n/a | n/a |" in (
         report.summary_markdown(summary))
     with pytest.raises(ValueError, match="no evaluation records"):
         report.summarize([_train(0, 1.0)])
@@ -71,7 +96,8 @@ def test_summary_without_spread():
 def test_write_summary_and_plot(tmp_path):
     summary = report.summarize(RECORDS)
     markdown = report.write_summary(summary, tmp_path / "s.json", tmp_path / "s.md")
-    assert "| mean reward | 0.2000 ± 0.0300 | 0.5000 ± 0.0400 | +0.3000 | +6.00 |" in markdown
+    assert ("| mean reward | 0.2000 ± 0.0300 | 0.5000 ± 0.0400 | +0.3000 | +6.00 | n/a |"
+            in markdown)
     assert json.loads((tmp_path / "s.json").read_text()) == summary
     assert (tmp_path / "s.md").read_text() == markdown
     report.plot_reward_curve(RECORDS, str(tmp_path / "curve.png"))

@@ -38,7 +38,7 @@ BAD = [
     (dict(max_turns=0), "max_turns must be >= 1"),
     (dict(max_new_tokens=0), "max_new_tokens must be >= 1"),
     (dict(temperature=-0.5), "temperature must be >= 0"),
-    (dict(history_turns=0), "history_turns must be >= 1"),
+    (dict(history_turns=-1), "history_turns must be >= 0"),
     (dict(eval_split="train"), "eval_split must be one of ('eval', 'test')"),
     (dict(eval_size=0), "eval_size must be >= 1"),
     (dict(eval_every=0), "eval_every must be >= 1"),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agentic_esopt import agents, es, models, training
-from agentic_esopt.training import checkpoint, metrics, trainer
+from agentic_esopt.training import checkpoint, evaluation, metrics, trainer
 
 import digits_env
 
@@ -71,6 +71,20 @@ def test_run_writes_every_record(finished):
     assert os.listdir(files.tensorboard) and os.path.getsize(files.reward_curve) > 0
     assert json.load(open(files.summary_json)) == result.summary
     assert result.summary["final_generation"] == 3
+    assert result.summary["mean_reward"]["paired_se"] is not None
+
+
+def test_evaluations_at_any_generation_sample_alike(finished):
+    config, _ = finished
+    model = models.load("tiny")
+    source = digits_env.ENVS["digits"].make_source(config)
+    first, later = (evaluation.evaluate(model, model.params, source, config, generation)
+                    for generation in (0, 7))
+    assert first["episode_task_ids"] == ["eval-0", "eval-1"]
+    assert first == later
+    shifted = evaluation.evaluate(model, model.params, source,
+                                  dataclasses.replace(config, seed=config.seed + 1), 0)
+    assert shifted["episode_rewards"] != first["episode_rewards"]
 
 
 def test_rerunning_a_finished_run_changes_nothing(finished, tmp_path):
