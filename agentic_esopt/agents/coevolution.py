@@ -24,8 +24,8 @@ Files in a run directory:
   state.json         the search state after the last completed batch (`agents.eoh`)
   metrics.jsonl      one line per batch: calls, validity, best, member rewards, σ, norm
   history.jsonl      the ES history (`es.history`; replay rebuilds θ bitwise), ES only
-  es_state_<calls>.npz  the ES state after <calls> LLM calls, ES only (the last two
-                     while running, the final one at the end)
+  checkpoints/       orbax checkpoints of the ES state (``training.checkpoint``), step =
+                     LLM calls completed; the last two are kept, ES only
   summary.json       written by `run` at the end
 
 Resuming continues the search from state.json (eoh's own resume), loads the ES state
@@ -36,19 +36,16 @@ uninterrupted run ends (for a deterministic ``generate``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import glob
 import json
 import math
 import os
-import re
-import tempfile
 import time
 import typing
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
@@ -57,6 +54,7 @@ from agentic_esopt.agents import eoh
 from agentic_esopt.envs.ahd import aco, sandbox
 from agentic_esopt.envs.ahd.tasks import TASKS
 from agentic_esopt.models import loading
+from agentic_esopt.training.checkpoint import Checkpointer
 
 PyTree = Any
 Generate = Callable[[PyTree, list[str], "es.Population | None", np.ndarray, jax.Array],
@@ -72,7 +70,7 @@ RUN_FILE = "run.json"
 METRICS_FILE = "metrics.jsonl"
 HISTORY_FILE = "history.jsonl"
 SUMMARY_FILE = "summary.json"
-_CHECKPOINT = re.compile(r"es_state_(\d+)\.npz$")
+CHECKPOINT_DIR = "checkpoints"
 _ES_STREAM, _SAMPLING_STREAM = 0, 1
 
 
@@ -294,51 +292,10 @@ def member_rewards(batch: eoh.Batch, size: int) -> np.ndarray:
 # ---------------------------------------------------------------- files
 
 
-def checkpoint_path(run_dir: str, calls: int) -> str:
-    """Where the ES state after `calls` LLM calls is saved."""
-    return os.path.join(run_dir, f"es_state_{calls}.npz")
-
-
-def save_state(path: str, state: es.ESState) -> None:
-    """Writes every leaf of `state` bit-exactly (any dtype, bfloat16 too) to an npz."""
-    leaves = jax.tree_util.tree_leaves_with_path(state)
-    arrays, dtypes = {}, []
-    for index, (_, leaf) in enumerate(leaves):
-        array = np.asarray(leaf)
-        dtypes.append(str(array.dtype))
-        arrays[f"leaf_{index}"] = array.view(f"u{array.dtype.itemsize}")
-    meta = dict(paths=[jax.tree_util.keystr(path) for path, _ in leaves], dtypes=dtypes)
-    with tempfile.NamedTemporaryFile("wb", dir=os.path.dirname(os.path.abspath(path)),
-                                     delete=False) as file:
-        np.savez(file, meta=np.asarray(json.dumps(meta)), **arrays)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(file.name, path)
-
-
-def load_state(path: str, template: es.ESState) -> es.ESState:
-    """Reads an ES state saved by `save_state`; `template` gives structure, shapes, dtypes."""
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
-    with np.load(path) as archive:
-        meta = json.loads(str(archive["meta"]))
-        expected = [jax.tree_util.keystr(p) for p, _ in leaves]
-        if meta["paths"] != expected:
-            raise ValueError(f"{path} holds another state structure than this run's")
-        restored = []
-        for index, (_, like) in enumerate(leaves):
-            array = archive[f"leaf_{index}"].view(jnp.dtype(meta["dtypes"][index]))
-            if array.shape != like.shape or array.dtype != like.dtype:
-                raise ValueError(f"{path}: leaf {expected[index]} is {array.dtype}"
-                                 f"{array.shape}, the run expects {like.dtype}{like.shape}")
-            restored.append(jnp.asarray(array))
-    return jax.tree_util.tree_unflatten(treedef, restored)
-
-
-def _prune_checkpoints(run_dir: str, keep: set[int]) -> None:
-    for path in glob.glob(os.path.join(run_dir, "es_state_*.npz")):
-        match = _CHECKPOINT.search(path)
-        if match and int(match.group(1)) not in keep:
-            os.remove(path)
+def es_checkpointer(run_dir: str) -> Checkpointer:
+    """The run's ES checkpoints: step k holds the ES state after k LLM calls. Two are kept,
+    because the search state may lag the ES state by one batch after a crash."""
+    return Checkpointer(os.path.join(run_dir, CHECKPOINT_DIR), max_to_keep=2)
 
 
 def _open_run_dir(run_dir: str, config: AHDConfig) -> int:
@@ -366,19 +323,19 @@ def _open_run_dir(run_dir: str, config: AHDConfig) -> int:
         return int(json.load(file)["call_count"])
 
 
-def _restore_es(run_dir: str, strategy: es.Strategy, params: PyTree, run_key: jax.Array,
+def _restore_es(run_dir: str, checkpointer: Checkpointer, strategy: es.Strategy,
+                params: PyTree, run_key: jax.Array,
                 calls: int) -> tuple[es.ESState, es.history.HistoryWriter]:
     """The ES state and history writer of a run that has completed `calls` LLM calls."""
     state = strategy.init(run_key, params)
     history_path = os.path.join(run_dir, HISTORY_FILE)
     if calls == 0:
         return state, es.history.HistoryWriter.create(history_path, strategy.spec, run_key)
-    path = checkpoint_path(run_dir, calls)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"the search in {run_dir} completed {calls} calls but "
-                                f"{os.path.basename(path)} is missing; the ES state cannot "
-                                "be resumed")
-    state = load_state(path, state)
+    if calls not in checkpointer.steps():
+        raise FileNotFoundError(f"the search in {run_dir} completed {calls} calls but the ES "
+                                f"checkpoint of step {calls} is missing from "
+                                f"{checkpointer.directory}; the ES state cannot be resumed")
+    state = checkpointer.restore(calls, state)
     history = es.history.HistoryWriter.open(history_path,
                                             keep_generations=int(state.generation))
     if history.header["strategy"] != strategy.spec:
@@ -409,7 +366,8 @@ class _Loop:
 
     def __init__(self, generate: Generate, params: PyTree, strategy: es.Strategy | None,
                  es_state: es.ESState | None, history: es.history.HistoryWriter | None,
-                 sampling_key: jax.Array, calls: int, run_dir: str, minimise: bool):
+                 sampling_key: jax.Array, calls: int, run_dir: str, minimise: bool,
+                 checkpointer: Checkpointer | None):
         self.generate = generate
         self.minimise = minimise
         self.params = params
@@ -419,6 +377,7 @@ class _Loop:
         self.sampling_key = sampling_key
         self.calls = calls
         self.run_dir = run_dir
+        self.checkpointer = checkpointer
         self.population = None
         self.batch_start = time.monotonic()
 
@@ -448,8 +407,7 @@ class _Loop:
             record.update(es_generation=int(self.es_state.generation),
                           member_rewards=rewards.tolist(), sigma=float(metrics["sigma"]),
                           update_norm=float(metrics["update_norm"]))
-            save_state(checkpoint_path(self.run_dir, search.call_count), self.es_state)
-            _prune_checkpoints(self.run_dir, {self.calls, search.call_count})
+            self.checkpointer.save(self.es_state, step=search.call_count)
         record["batch_seconds"] = time.monotonic() - self.batch_start
         path = os.path.join(self.run_dir, METRICS_FILE)
         fileio.write_jsonl(path, fileio.read_jsonl(path) + [record])
@@ -489,19 +447,23 @@ def coevolve(generate: Generate, params: PyTree, evaluate: eoh.Evaluate, task: A
     strategy = make_strategy(config)
     seed_key = jax.random.key(config.seed)
     es_state = history = None
-    if strategy is not None:
-        run_key = jax.random.key_data(jax.random.fold_in(seed_key, _ES_STREAM))
-        es_state, history = _restore_es(run_dir, strategy, params, run_key, calls)
-    metrics_path = os.path.join(run_dir, METRICS_FILE)
-    fileio.write_jsonl(metrics_path, [r for r in fileio.read_jsonl(metrics_path) if r["calls"] <= calls])
-    loop = _Loop(generate, params, strategy, es_state, history,
-                 jax.random.fold_in(seed_key, _SAMPLING_STREAM), calls, run_dir, task.minimise)
-    search = search_config(config)
-    runner = eoh.run_eoh if isinstance(search, eoh.EoHConfig) else eoh.run_sample
-    final = runner(loop.llm, evaluate, task, search, run_dir, resume=True,
-                   on_batch=loop.on_batch)
-    if strategy is not None:
-        _prune_checkpoints(run_dir, {final.call_count})
+    with contextlib.ExitStack() as closing:
+        checkpointer = None
+        if strategy is not None:
+            checkpointer = closing.enter_context(contextlib.closing(es_checkpointer(run_dir)))
+            run_key = jax.random.key_data(jax.random.fold_in(seed_key, _ES_STREAM))
+            es_state, history = _restore_es(run_dir, checkpointer, strategy, params, run_key,
+                                            calls)
+        metrics_path = os.path.join(run_dir, METRICS_FILE)
+        fileio.write_jsonl(metrics_path, [r for r in fileio.read_jsonl(metrics_path)
+                                          if r["calls"] <= calls])
+        loop = _Loop(generate, params, strategy, es_state, history,
+                     jax.random.fold_in(seed_key, _SAMPLING_STREAM), calls, run_dir,
+                     task.minimise, checkpointer)
+        search = search_config(config)
+        runner = eoh.run_eoh if isinstance(search, eoh.EoHConfig) else eoh.run_sample
+        final = runner(loop.llm, evaluate, task, search, run_dir, resume=True,
+                       on_batch=loop.on_batch)
     return Outcome(final, loop.es_state.params if strategy else params, loop.es_state)
 
 

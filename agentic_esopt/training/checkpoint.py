@@ -86,7 +86,11 @@ def state_checksum(state: es.ESState) -> int:
 
 
 class Checkpointer:
-    """Saves and restores the full ES state with orbax, falling back past corrupt steps."""
+    """Saves and restores the full ES state with orbax, falling back past corrupt steps.
+
+    A step is the state's generation unless the caller numbers steps otherwise (the AHD
+    co-evolution numbers them by LLM calls).
+    """
 
     def __init__(self, directory: str, max_to_keep: int = 3):
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
@@ -95,10 +99,11 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
-    def save(self, state: es.ESState) -> None:
-        """Writes ``state`` as step = its generation (synchronously)."""
-        step = int(state.generation)
-        meta = {"generation": step, "checksum": state_checksum(state), "time": time.time()}
+    def save(self, state: es.ESState, step: int | None = None) -> None:
+        """Writes ``state`` as ``step`` (default: its generation), synchronously."""
+        step = int(state.generation) if step is None else int(step)
+        meta = {"step": step, "generation": int(state.generation),
+                "checksum": state_checksum(state), "time": time.time()}
         self._manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
         self._manager.wait_until_finished()
@@ -112,10 +117,9 @@ class Checkpointer:
           quarantine_dir: if given, corrupt steps are moved there (so the run can save
             those steps again); otherwise they are left in place.
         """
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         for step in sorted(self._manager.all_steps(), reverse=True):
             try:
-                state = self._restore(step, abstract)
+                state = self.restore(step, template)
             except Exception as error:  # pylint: disable=broad-except
                 logging.warning("checkpoint at step %d in %s is unusable (%s: %s); falling "
                                 "back to the previous one", step, self.directory,
@@ -126,14 +130,30 @@ class Checkpointer:
             return state
         return None
 
-    def _restore(self, step: int, abstract: Any) -> es.ESState:
+    def steps(self) -> list[int]:
+        """The saved steps, oldest first."""
+        return sorted(self._manager.all_steps())
+
+    def restore(self, step: int, template: es.ESState) -> es.ESState:
+        """The state saved as ``step``, checked against its checksum.
+
+        Raises:
+          FileNotFoundError: if there is no such step.
+          ValueError (or orbax's error): if the step is unreadable or fails its checks.
+        """
+        if step not in self._manager.all_steps():
+            raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}")
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
         restored = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         state, meta = restored.state, restored.meta
-        if int(state.generation) != step or meta["generation"] != step:
-            raise ValueError(f"step {step} holds generation {int(state.generation)}")
+        if (meta.get("step", meta["generation"]) != step
+                or meta["generation"] != int(state.generation)):
+            raise ValueError(f"step {step} holds generation {int(state.generation)}, "
+                             f"recorded as step {meta.get('step')} generation "
+                             f"{meta['generation']}")
         if state_checksum(state) != meta["checksum"]:
-            raise ValueError("checksum mismatch")
+            raise ValueError(f"checksum mismatch in step {step}")
         return state
 
     def _quarantine(self, step: int, quarantine_dir: str) -> None:

@@ -179,7 +179,7 @@ def test_plain_methods_use_the_unperturbed_model_and_write_no_es_files(tmp_path)
     assert [members for _, members in calls] == [[0] * 4, [0] * 2]
     assert outcome.es_state is None and outcome.params is PARAMS
     assert not os.path.exists(os.path.join(run_dir, coevolution.HISTORY_FILE))
-    assert not [f for f in os.listdir(run_dir) if f.endswith(".npz")]
+    assert not os.path.exists(os.path.join(run_dir, coevolution.CHECKPOINT_DIR))
     assert [r["calls"] for r in read_jsonl(os.path.join(run_dir,
                                                         coevolution.METRICS_FILE))] == [4, 6]
 
@@ -193,8 +193,13 @@ def test_es_moves_the_parameters_and_records_every_batch(tmp_path):
     assert all(m["update_norm"] > 0 for m in metrics[:-1])
     assert not np.array_equal(outcome.params["w"], PARAMS["w"])
     assert int(outcome.es_state.generation) == len(metrics)
-    assert os.listdir(run_dir).count(f"es_state_{outcome.search.call_count}.npz") == 1
-    assert len([f for f in os.listdir(run_dir) if f.endswith(".npz")]) == 1
+    checkpointer = coevolution.es_checkpointer(run_dir)
+    steps = checkpointer.steps()
+    assert steps[-1] == outcome.search.call_count and len(steps) == 2
+    restored = checkpointer.restore(steps[-1], outcome.es_state)
+    checkpointer.close()
+    for a, b in zip(jax.tree.leaves(outcome.es_state), jax.tree.leaves(restored)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 # ---------------------------------------------------------------- resume
@@ -263,28 +268,10 @@ def test_resume_refuses_other_settings_and_a_missing_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="learning_rate: 0.05 in the run, 0.1 now"):
         coevolution.coevolve(params_generate([]), PARAMS, evaluate, TASK,
                              dataclasses.replace(cfg, learning_rate=0.1), run_dir)
-    for name in os.listdir(run_dir):
-        if name.endswith(".npz"):
-            os.remove(os.path.join(run_dir, name))
-    with pytest.raises(FileNotFoundError, match="es_state_8.npz is missing"):
+    shutil.rmtree(os.path.join(run_dir, coevolution.CHECKPOINT_DIR))
+    with pytest.raises(FileNotFoundError, match="ES checkpoint of step 8 is missing"):
         coevolution.coevolve(params_generate([]), PARAMS, evaluate, TASK,
                              dataclasses.replace(cfg, eval_size=3), run_dir)
-
-
-def test_state_checkpoints_round_trip_bitwise_in_any_dtype(tmp_path):
-    params = {"a": jnp.asarray([1.5, -2.25, 3e-3], jnp.bfloat16),
-              "b": {"kernel": jnp.arange(6, dtype=jnp.float32).reshape(2, 3) / 7}}
-    strategy = es.agentic_esopt(2, sigma=0.1, learning_rate=0.1, optimizer="adam")
-    state = strategy.init(5, params)
-    state, _ = strategy.tell(state, strategy.ask(state), np.asarray([1.0, 2.0]))
-    path = str(tmp_path / "state.npz")
-    coevolution.save_state(path, state)
-    restored = coevolution.load_state(path, strategy.init(5, params))
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
-        assert a.dtype == b.dtype
-        assert a.shape == b.shape and np.asarray(a).tobytes() == np.asarray(b).tobytes()
-    with pytest.raises(ValueError, match="another state structure"):
-        coevolution.load_state(path, strategy.init(5, {"a": params["a"]}))
 
 
 # ---------------------------------------------------------------- config

@@ -87,7 +87,7 @@ def test_tiny_model_run_end_to_end(tmp_path):
         KP.baseline(KP.generate_instances(20, 2, seed=1)))
     assert summary["wall_s"] > 0
     for name in ("run.json", "programs.jsonl", "state.json", "metrics.jsonl",
-                 "history.jsonl", "es_state_2.npz", "summary.json"):
+                 "history.jsonl", "checkpoints/2", "summary.json"):
         assert (workdir / name).exists(), name
     with open(workdir / "summary.json", encoding="utf-8") as file:
         assert json.load(file) == summary
