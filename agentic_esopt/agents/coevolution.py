@@ -336,6 +336,7 @@ def _restore_es(run_dir: str, checkpointer: Checkpointer, strategy: es.Strategy,
                                 f"checkpoint of step {calls} is missing from "
                                 f"{checkpointer.directory}; the ES state cannot be resumed")
     state = checkpointer.restore(calls, state)
+    checkpointer.discard_after(calls)  # The ES state of a batch the search did not record.
     history = es.history.HistoryWriter.open(history_path,
                                             keep_generations=int(state.generation))
     if history.header["strategy"] != strategy.spec:

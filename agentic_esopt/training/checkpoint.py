@@ -134,6 +134,11 @@ class Checkpointer:
         """The saved steps, oldest first."""
         return sorted(self._manager.all_steps())
 
+    def discard_after(self, step: int) -> None:
+        """Deletes the steps after ``step`` (orbax would not save those steps again)."""
+        for later in [s for s in self._manager.all_steps() if s > step]:
+            self._manager.delete(later)
+
     def restore(self, step: int, template: es.ESState) -> es.ESState:
         """The state saved as ``step``, checked against its checksum.
 

@@ -241,6 +241,10 @@ def test_resume_between_the_es_checkpoint_and_the_search_checkpoint(tmp_path):
                              evaluate, TASK, cfg, run_dir)
     with open(state_path, "w", encoding="utf-8") as file:
         file.write(snapshots[-2])  # the search state one batch before the ES state
+    lagging_calls = json.loads(snapshots[-2])["call_count"]
+    checkpointer = coevolution.es_checkpointer(run_dir)
+    assert checkpointer.steps()[-1] > lagging_calls
+    checkpointer.close()
     resumed = coevolution.coevolve(params_generate([]), PARAMS, evaluate, TASK, cfg, run_dir)
     assert_same_run(reference_dir, reference, run_dir, resumed)
 

@@ -33,6 +33,10 @@ def test_round_trip_is_bitwise_in_any_dtype_under_any_step(tmp_path):
     assert int(checkpointer.restore_latest(template).generation) == 1
     with pytest.raises(FileNotFoundError, match="no checkpoint of step 4"):
         checkpointer.restore(4, template)
+    checkpointer.discard_after(9)
+    assert checkpointer.steps() == [9]
+    checkpointer.save(state, step=12)  # A discarded step number can be saved again.
+    assert checkpointer.steps() == [9, 12]
     checkpointer.close()
 
 
