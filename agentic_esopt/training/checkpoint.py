@@ -29,9 +29,9 @@ import orbax.checkpoint as ocp
 from absl import logging
 
 from agentic_esopt import es
-from agentic_esopt.training import metrics
-from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.fileio import atomic_write_text
+from agentic_esopt.training import metrics
+from agentic_esopt.training.config import TrainConfig, make_strategy, run_key
 from agentic_esopt.training.files import RunFiles
 
 _TRAJECTORY_FILE = re.compile(r"(gen|eval)_(\d+)\.jsonl$")
@@ -170,6 +170,23 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def restore_workdir_state(files: RunFiles, config: TrainConfig,
+                          params: Any) -> es.ESState | None:
+    """The newest usable ES state checkpointed in a workdir (None if there is none).
+
+    Args:
+      files: the workdir's files.
+      config: the run's config (gives the state's structure).
+      params: the model's initial parameters (shapes and dtypes of the template).
+    """
+    template = make_strategy(config).init(run_key(config), params)
+    checkpointer = Checkpointer(files.checkpoints)
+    try:
+        return checkpointer.restore_latest(template)
+    finally:
+        checkpointer.close()
 
 
 def trim_run_files(files: RunFiles, start: int, strategy: es.Strategy,

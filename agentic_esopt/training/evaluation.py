@@ -11,7 +11,7 @@ import numpy as np
 from agentic_esopt import agents, models
 from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import tasks as tasks_lib
-from agentic_esopt.training.checkpoint import Checkpointer, load_config
+from agentic_esopt.training.checkpoint import load_config, restore_workdir_state
 from agentic_esopt.training.files import RunFiles
 
 PyTree = Any
@@ -107,11 +107,7 @@ def evaluate_workdir(workdir: str, base: bool = False,
     if base:
         params, generation = model.params, 0
     else:
-        strategy = config_lib.make_strategy(config)
-        template = strategy.init(config_lib.run_key(config), model.params)
-        checkpointer = Checkpointer(files.checkpoints)
-        state = checkpointer.restore_latest(template)
-        checkpointer.close()
+        state = restore_workdir_state(files, config, model.params)
         if state is None:
             raise FileNotFoundError(f"no usable checkpoint in {files.checkpoints}")
         params, generation = state.params, int(state.generation)

@@ -58,12 +58,8 @@ def generations_recorded(history_path):
 
 
 def restore_final_state(workdir):
-    template = training.make_strategy(CONFIG).init(training.config.run_key(CONFIG),
-                                                   models.load("tiny").params)
-    checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
-    state = checkpointer.restore_latest(template)
-    checkpointer.close()
-    return state
+    return checkpoint.restore_workdir_state(training.RunFiles(workdir), CONFIG,
+                                            models.load("tiny").params)
 
 
 def run_records(workdir):

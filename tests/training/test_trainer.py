@@ -25,12 +25,8 @@ def assert_trees_equal(a, b):
 
 
 def restore_final(workdir, config):
-    template = training.make_strategy(config).init(training.config.run_key(config),
-                                                   models.load("tiny").params)
-    checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"))
-    state = checkpointer.restore_latest(template)
-    checkpointer.close()
-    return state
+    return checkpoint.restore_workdir_state(training.RunFiles(workdir), config,
+                                            models.load("tiny").params)
 
 
 @pytest.fixture(scope="module")
