@@ -174,9 +174,6 @@ def logits(config: ModelConfig, params: PyTree, input_ids: Any, attention_mask: 
       attention_mask: (B, T), 1 for real tokens (default all ones).
       population: optional ``es.Population``; row b is evaluated as member ``members[b]``.
       members: (B,) member index per row (required with ``population``).
-      streams: (B,) sampling stream per row (default: the row index). Rows with the same
-        stream draw the same random numbers, e.g. ES members playing the same task
-        (common random numbers).
     """
     input_ids = jnp.asarray(input_ids, jnp.int32)
     if input_ids.ndim != 2:
