@@ -57,8 +57,8 @@ def save_pretrained(model: loading.Model, out_dir: str | os.PathLike, *,
       dtype: "float32", "bfloat16" or "float16"; default: the params' dtype.
       generation_config: `transformers.GenerationConfig` fields (temperature, top_p,
         top_k, max_new_tokens, ...) written to `generation_config.json`; bos/eos/pad ids
-        default to the config's. Temperature 0 means greedy (do_sample=False, and the
-        sampling-only fields are left out); a positive one means do_sample=True.
+        default to the config's. do_sample defaults to temperature > 0; temperature 0
+        (this library's greedy decoding) leaves out temperature, top_p and top_k.
       readme: text of a `README.md`.
       max_shard_bytes: above this many bytes of tensors, weights are split into
         `model-0000i-of-0000n.safetensors` files with a `model.safetensors.index.json`.
@@ -161,7 +161,7 @@ def hf_generation_config(config: config_lib.ModelConfig, options: Mapping[str, A
               "eos_token_id": eos[0] if len(eos) == 1 else eos or None, **options}
     fields = {key: value for key, value in fields.items() if value is not None}
     fields.setdefault("do_sample", fields.get("temperature", 0) > 0)
-    if not fields["do_sample"]:
+    if fields.get("temperature") == 0:  # This library's greedy decoding.
         fields = {key: value for key, value in fields.items() if key not in SAMPLING_KEYS}
     generation = transformers.GenerationConfig(**fields)
     generation.validate(strict=True)
