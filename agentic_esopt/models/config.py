@@ -201,14 +201,19 @@ def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
         "mlp_bias": c.mlp_bias,
         "rope_parameters": rope,
         "rope_theta": c.rope.theta,
-        "bos_token_id": c.bos_token_id,
-        "eos_token_id": (c.eos_token_ids[0] if len(c.eos_token_ids) == 1
-                         else list(c.eos_token_ids) or None),
-        "pad_token_id": c.pad_token_id,
+        **special_token_ids_to_hf(c),
     }
     if c.rope.kind != "default":
         hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
     return hf
+
+
+def special_token_ids_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """HF `bos_token_id`, `eos_token_id` (an id, a list of ids or None) and `pad_token_id`."""
+    eos = list(config.eos_token_ids)
+    return {"bos_token_id": config.bos_token_id,
+            "eos_token_id": eos[0] if len(eos) == 1 else eos or None,
+            "pad_token_id": config.pad_token_id}
 
 
 def rope_to_hf(rope: RopeConfig) -> dict[str, Any]:

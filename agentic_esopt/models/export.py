@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import flax.traverse_util
-import jax
 import jax.numpy as jnp
 import numpy as np
 import safetensors.numpy
@@ -156,9 +155,7 @@ def hf_generation_config(config: config_lib.ModelConfig, options: Mapping[str, A
     Raises:
       ValueError: transformers rejects the combination of options.
     """
-    eos = list(config.eos_token_ids)
-    fields = {"bos_token_id": config.bos_token_id, "pad_token_id": config.pad_token_id,
-              "eos_token_id": eos[0] if len(eos) == 1 else eos or None, **options}
+    fields = {**config_lib.special_token_ids_to_hf(config), **options}
     fields = {key: value for key, value in fields.items() if value is not None}
     fields.setdefault("do_sample", fields.get("temperature", 0) > 0)
     if fields.get("temperature") == 0:  # This library's greedy decoding.

@@ -2,10 +2,10 @@
 
 HF tensor names are routed by a regex name map into a ``jax.eval_shape``d parameter tree:
 per-layer tensors are stacked on the leading L axis and torch (out, in) matrices are
-transposed to (in, out). ``HF_NAMES``, ``hf_names`` and ``is_kernel`` are the one
-definition of this mapping; ``export`` writes checkpoints with its inverse. Every name, shape and dtype is checked against the headers before
+transposed to (in, out). Every name, shape and dtype is checked against the headers before
 any tensor data is read, and each leaf is read, converted and placed on device one at a
-time.
+time. ``HF_NAMES``, ``hf_names`` and ``is_kernel`` are the one definition of this
+mapping; ``export`` writes checkpoints with its inverse.
 """
 
 from __future__ import annotations
