@@ -3,6 +3,7 @@ r"""Evaluates a training workdir on held-out tasks and prints JSON.
   python -m experiments.evaluate --workdir=workdirs/cpu_default          # latest checkpoint
   python -m experiments.evaluate --workdir=workdirs/cpu_default --base   # the base model
   python -m experiments.evaluate --workdir=... --eval_split=test --eval_size=128
+  python -m experiments.evaluate --workdir=... --skill=skill.md          # with a skill
 
 Reports the mean reward and the success rate with standard errors. The workdir's config
 gives the model, the environment and the rollout settings; nothing there is modified.
@@ -13,32 +14,35 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-from agentic_esopt import training
+from agentic_esopt import envs, training
+from experiments import launch
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir to evaluate.", required=True)
 _BASE = flags.DEFINE_bool("base", False, "Evaluate the base model instead of the latest "
                           "checkpoint.")
-_EVAL_SPLIT = flags.DEFINE_enum("eval_split", None, training.config.EVAL_SPLITS,
+_EVAL_SPLIT = flags.DEFINE_enum("eval_split", None, envs.base.EVAL_SPLITS,
                                 "Held-out split (default: the run's).")
 _EVAL_SIZE = flags.DEFINE_integer("eval_size", None, "Held-out tasks (default: the run's).")
 _EVAL_TEMPERATURE = flags.DEFINE_float("eval_temperature", None, "Sampling temperature "
                                        "(default: the run's).")
+_SKILL = flags.DEFINE_string("skill", None, "A skill file appended to the system prompt.")
 
 
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    overrides = {name: flag.value for name, flag in (("eval_split", _EVAL_SPLIT),
-                                                     ("eval_size", _EVAL_SIZE),
-                                                     ("eval_temperature", _EVAL_TEMPERATURE))
+    overrides = {name: flag.value for name, flag in (("split", _EVAL_SPLIT),
+                                                     ("size", _EVAL_SIZE),
+                                                     ("temperature", _EVAL_TEMPERATURE))
                  if flag.value is not None}
     try:
         result = training.evaluate_workdir(_WORKDIR.value, base=_BASE.value,
-                                           overrides=overrides)
+                                           eval_overrides=overrides, skill=_SKILL.value)
     except (ValueError, FileNotFoundError) as error:
         raise app.UsageError(str(error)) from error
     print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
+    launch.quiet_startup()
     app.run(main)

@@ -25,7 +25,6 @@ resume, covering a batch that was logged but not checkpointed).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -35,7 +34,7 @@ import numpy as np
 
 from agentic_esopt import fileio
 from agentic_esopt.agents import ahd_prompts
-from agentic_esopt.envs.ahd import sandbox
+
 
 PROGRAMS_FILE = "programs.jsonl"
 STATE_FILE = "state.json"
@@ -47,7 +46,7 @@ LLM = Callable[[list[str], list[int]], Sequence[str]]
 
 
 class Evaluation(Protocol):
-    """What an evaluator returns per program (`sandbox.Result` is one)."""
+    """What an evaluator returns per program (`envs.ahd.sandbox.Result` is one)."""
 
     valid: bool
     objective: float | None
@@ -480,7 +479,7 @@ def run_eoh(llm: LLM, evaluate: Evaluate, task: Any, config: EoHConfig = EoHConf
     Args:
       llm: ``llm(prompts, members) -> replies``.
       evaluate: ``evaluate(codes) -> results`` with ``valid``/``objective``/``error``
-        (e.g. `sandbox_evaluator`).
+        (e.g. ``envs.make("ahd", ...).evaluate``).
       task: the task record: interface fields for the prompts (see
         `ahd_prompts.HeuristicTask`) and ``minimise``.
       config: the search settings.
@@ -514,9 +513,3 @@ def run_sample(llm: LLM, evaluate: Evaluate, task: Any,
         raise ValueError(f"batch_size must be >= 1, got {config.batch_size}")
     return _search("sample", llm, evaluate, task, config, 0, run_dir, resume, on_batch)
 
-
-def sandbox_evaluator(task_name: str, function_name: str, instances_spec: Any,
-                      **limits: Any) -> Evaluate:
-    """An evaluator running each program in `sandbox.evaluate_many`."""
-    return functools.partial(sandbox.evaluate_many, function_name=function_name,
-                             task_name=task_name, instances_spec=instances_spec, **limits)

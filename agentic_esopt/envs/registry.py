@@ -17,19 +17,24 @@ from typing import Any
 from agentic_esopt import options as options_lib
 from agentic_esopt.envs.base import Splits, split_problems
 
-# name -> module defining Options and make_source.
+# name -> the module (or a registered object) defining Options and make_source.
 _MODULES = {
     "sudoku": "agentic_esopt.envs.sudoku",
     "ahd": "agentic_esopt.envs.ahd.source",
 }
 
 
-def register(name: str, module_name: str) -> None:
-    """Registers an environment defined outside the package (``module_name`` must be
-    importable and define ``Options`` and ``make_source``)."""
-    if name in _MODULES and _MODULES[name] != module_name:
-        raise ValueError(f"environment {name!r} is already registered as {_MODULES[name]}")
-    _MODULES[name] = module_name
+def register(name: str, implementation: str | Any) -> None:
+    """Registers an environment defined outside the package.
+
+    Args:
+      name: the name ``make`` and config files use.
+      implementation: an importable module name, or any object (a module, a
+        ``types.SimpleNamespace``), with ``Options`` and ``make_source``.
+    """
+    if name in _MODULES and _MODULES[name] is not implementation:
+        raise ValueError(f"environment {name!r} is already registered")
+    _MODULES[name] = implementation
 
 
 def names() -> tuple[str, ...]:
@@ -37,11 +42,14 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(_MODULES))
 
 
-def module(name: str) -> ModuleType:
+def module(name: str) -> ModuleType | Any:
     """The module that implements environment ``name``."""
     if name not in _MODULES:
         raise ValueError(f"unknown environment {name!r}; choose one of {names()}")
-    return importlib.import_module(_MODULES[name])
+    implementation = _MODULES[name]
+    if isinstance(implementation, str):
+        return importlib.import_module(implementation)
+    return implementation
 
 
 def default_options(name: str) -> dict[str, Any]:

@@ -8,6 +8,18 @@ from agentic_esopt import envs, options
 from agentic_esopt.training import config as config_lib
 
 
+class RunConfig(config_dict.ConfigDict):
+    """The root of a run's config. Its ``update`` section shadows ``ConfigDict.update`` on
+    attribute access, so that ``--config.update.name=...`` reaches the section."""
+
+    def __getattribute__(self, name):
+        if name == "update":
+            fields = object.__getattribute__(self, "_fields")
+            if "update" in fields:
+                return fields["update"]
+        return super().__getattribute__(name)
+
+
 def section(record_cls: type, **overrides) -> config_dict.ConfigDict:
     """A ``ConfigDict`` of ``record_cls``'s fields: its defaults, then ``overrides``.
 
@@ -33,7 +45,7 @@ def base_config(env_name: str, **sections) -> config_dict.ConfigDict:
     env_options = {name: config_dict.placeholder(options.field_types(
         envs.registry.module(env_name).Options)[name][0]) if value is None else value
         for name, value in env_options.items()}
-    config = config_dict.ConfigDict({"env": {"name": env_name, **env_options}})
+    config = RunConfig({"env": {"name": env_name, **env_options}})
     for name, record_cls in config_lib.SECTIONS.items():
         config[name] = section(record_cls, **sections.pop(name, {}))
     if sections:

@@ -15,7 +15,7 @@ import pytest
 
 from agentic_esopt.agents import ahd_prompts
 from agentic_esopt.agents import eoh
-from agentic_esopt.envs.ahd import sandbox
+from agentic_esopt import envs
 from agentic_esopt.envs.ahd import tasks
 
 
@@ -291,8 +291,8 @@ def tsp_reply(idea, body):
 
 def test_tiny_eoh_run_in_the_sandbox_on_a_registry_task():
     task = tasks.TASKS["tsp_constructive"]
-    evaluate = eoh.sandbox_evaluator(task.name, task.function_name,
-                                     sandbox.InstanceSpec(size=8, n=2, seed=0), timeout_s=60)
+    evaluate = envs.make("ahd", task="tsp_constructive", size=8, train_size=2,
+                         timeout_s=60.0).evaluate
     init = (tsp_reply("first", "int(unvisited_nodes[0])"), "no idea, sorry",
             tsp_reply("farthest", "int(unvisited_nodes[np.argmax(row)])"))
     evolved = (tsp_reply("nearest", "int(unvisited_nodes[np.argmin(row)])"),

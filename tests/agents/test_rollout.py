@@ -6,7 +6,6 @@ import jax
 import numpy as np
 import pytest
 
-from agentic_esopt import models
 from agentic_esopt.agents import prompts, rollout
 from agentic_esopt.envs import sudoku
 from agentic_esopt.envs.base import StepResult
@@ -154,18 +153,18 @@ class FakeModel:
     tokenizer = FakeTokenizer()
 
 
-def test_model_policy_templates_trims_and_routes_members(monkeypatch):
+def test_model_policy_templates_trims_and_routes_members():
     calls = []
 
     def fake_generate(model, prompts_, **kwargs):
         calls.append((prompts_, kwargs))
         return type("Out", (), {"texts": [f"reply {i}" for i in range(len(prompts_))]})()
 
-    monkeypatch.setattr(models, "generate", fake_generate, raising=False)
     population = object()
-    policy = rollout.make_model_policy(FakeModel(), population, max_new_tokens=7,
-                                       temperature=0.5, key=jax.random.key(0),
-                                       history_turns=1)
+    options = rollout.Options(max_new_tokens=7, history_turns=1, top_k=5)
+    policy = rollout.make_model_policy(FakeModel(), population, options, temperature=0.5,
+                                       key=jax.random.key(0), generate=fake_generate,
+                                       extra_stop=("Observation:",))
     long = prompts.add_turn(prompts.initial_messages("sys", "o0"), "a1", "o1")
     long = prompts.add_turn(long, "a2", "o2")
     replies = policy([long, prompts.initial_messages("sys", "o0")], [3, 1], [4, 0])
@@ -177,12 +176,56 @@ def test_model_policy_templates_trims_and_routes_members(monkeypatch):
     assert first["population"] is population and first["max_new_tokens"] == 7
     np.testing.assert_array_equal(first["members"], [3, 1])
     np.testing.assert_array_equal(first["streams"], [4, 0])
-    assert first["temperature"] == 0.5
+    assert (first["temperature"], first["top_k"], first["top_p"]) == (0.5, 5, None)
+    assert first["stop"] == ("Observation:",)
     assert not np.array_equal(jax.random.key_data(first["key"]),
                               jax.random.key_data(second["key"]))
 
-    greedy = rollout.make_model_policy(FakeModel(), None, max_new_tokens=7)
-    greedy([long], [5], [0])
+    prefixed = rollout.Options(max_new_tokens=7, reply_prefix="set ", stop_at_newline=True)
+    greedy = rollout.make_model_policy(FakeModel(), None, prefixed, temperature=0.0, key=None,
+                                       generate=fake_generate)
+    assert greedy([long], [5], [0]) == ["set reply 0"]
+    assert calls[-1][0][0].endswith("|assistant:set ") and calls[-1][1]["stop"] == ("\n",)
     assert calls[-1][1]["members"] is None and calls[-1][1]["key"] is None
     with pytest.raises(ValueError, match="needs a key"):
-        rollout.make_model_policy(FakeModel(), None, max_new_tokens=7, temperature=1.0)
+        rollout.make_model_policy(FakeModel(), None, options, temperature=1.0, key=None,
+                                  generate=fake_generate)
+
+
+def test_skill_is_appended_to_the_system_prompt(tmp_path):
+    skill = tmp_path / "skill.md"
+    skill.write_text("- Check the row first.\n")
+    assert rollout.with_skill("Play well.", str(skill)) == (
+        "Play well.\n\nAdditional skill instructions:\n- Check the row first.")
+    assert rollout.with_skill(None, str(skill)).startswith("Additional skill instructions:")
+    assert rollout.with_skill("Play well.", None) == "Play well."
+
+
+class ClosingEnv:
+    closed = []
+
+    def __init__(self, fail_on_step=False):
+        self.fail_on_step = fail_on_step
+
+    def reset(self, task, *, max_turns=None):
+        return "go"
+
+    def step(self, action):
+        if self.fail_on_step:
+            raise RuntimeError("browser crashed")
+        return StepResult("done", 1.0, True, {})
+
+    def close(self):
+        ClosingEnv.closed.append(self)
+
+
+def test_environments_are_closed_after_the_episode_and_on_error():
+    Task = type("Task", (), {"id": "t"})
+    ClosingEnv.closed = []
+    policy = lambda conversations, members, tasks: ["x"] * len(conversations)
+    rollout.run_episodes(ClosingEnv, [Task()], policy, range(3))
+    assert len(ClosingEnv.closed) == 3
+    ClosingEnv.closed = []
+    with pytest.raises(RuntimeError, match="browser crashed"):
+        rollout.run_episodes(lambda: ClosingEnv(fail_on_step=True), [Task()], policy, range(2))
+    assert len(ClosingEnv.closed) == 2

@@ -12,7 +12,8 @@ from agentic_esopt.envs.ahd import tasks
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KP = tasks.TASKS["kp_constructive"]
-SCORE_FLAGS = ["--task=kp_constructive", "--size=20", "--eval_size=3", "--timeout_s=3"]
+SCORE_FLAGS = ["--task=kp_constructive", "--size=20", "--config.eval.size=3",
+               "--config.env.timeout_s=3"]
 
 
 def launch(module, *args, timeout=120):
@@ -56,10 +57,13 @@ def test_score_program_on_a_hostile_program(tmp_path):
 
 
 @pytest.mark.parametrize("module, args, message", [
-    ("experiments.ahd", ["--method=eoh_plus"], "unknown method 'eoh_plus'"),
-    ("experiments.ahd", ["--budget=0", "--top_p=2"], "budget must be >= 1"),
-    ("experiments.ahd", ["--anchor_data=/nowhere"], "anchor_data has no"),
+    ("experiments.ahd", ["--config.env.search=eoh_plus"], "unknown 'eoh_plus'"),
+    ("experiments.ahd", ["--config.run.generations=0", "--config.rollout.top_p=2"],
+     "run.generations must be >= 1"),
+    ("experiments.ahd", ["--config.env.anchor_data=/nowhere"], "anchor_data has no"),
     ("experiments.ahd", ["--score_program=/nowhere.py"], "no file '/nowhere.py'"),
+    ("experiments.ahd", ["--config=experiments/configs/cpu_default.py"],
+     "runs the 'ahd' environment"),
     ("experiments.ahd_grid", ["--tasks=tsp_constructive:big"], "must be an integer"),
     ("experiments.ahd_grid", ["--methods=sample,eoh_x"], "unknown method 'eoh_x'"),
 ])
@@ -73,21 +77,20 @@ def test_bad_flags_fail_before_any_compute(tmp_path, module, args, message):
 
 def test_tiny_model_run_end_to_end(tmp_path):
     workdir = tmp_path / "run"
-    result = launch("experiments.ahd", "--model=tiny", "--method=sample_es",
-                    "--population_size=2", "--budget=2", "--max_new_tokens=8",
-                    "--task=kp_constructive", "--size=20", "--train_size=2",
-                    "--eval_size=2", f"--workdir={workdir}", timeout=300)
+    result = launch("experiments.ahd", "--config.model.name=tiny", "--config.env.search=sample",
+                    "--config.es.population_size=2", "--config.run.generations=1",
+                    "--config.rollout.max_new_tokens=8", "--task=kp_constructive", "--size=20",
+                    "--config.env.train_size=2", "--config.eval.size=2",
+                    f"--workdir={workdir}", timeout=300)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1
-    summary = json.loads(lines[0])
-    assert summary["calls_used"] == 2 and summary["programs"] == 2
-    assert summary["es_generations"] == 1 and summary["method"] == "sample_es"
-    assert summary["baseline_eval_objective"] == pytest.approx(
+    final = json.loads(lines[0])
+    assert final["calls"] == 2 and final["generation"] == 1
+    assert final["baseline_eval_objective"] == pytest.approx(
         KP.baseline(KP.generate_instances(20, 2, seed=1)))
-    assert summary["wall_s"] > 0
-    for name in ("run.json", "programs.jsonl", "state.json", "metrics.jsonl",
-                 "history.jsonl", "checkpoints/2", "summary.json"):
+    for name in ("config.json", "programs.jsonl", "metrics.jsonl", "history.jsonl",
+                 "checkpoints/1", "summary.json"):
         assert (workdir / name).exists(), name
     with open(workdir / "summary.json", encoding="utf-8") as file:
-        assert json.load(file) == summary
+        assert json.load(file)["final_eval"] == final

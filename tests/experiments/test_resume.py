@@ -1,6 +1,5 @@
 """kill -9 at a random generation, rerun the same command: the run ends bitwise identical."""
 
-import dataclasses
 import os
 import random
 import signal
@@ -21,28 +20,24 @@ sys.path.insert(0, os.path.join(HERE, "..", "training"))
 import digits_env  # pylint: disable=wrong-import-position
 
 # 5 generations, checkpoints after 2, 4 and 5: a kill usually loses generations to redo.
-CONFIG = dataclasses.replace(digits_env.TINY, generations=5, checkpoint_every=2)
+CONFIG = digits_env.TINY.replace(run=dict(generations=5, checkpoint_every=2))
 
 
-def command_line(config):
-    args = []
-    for name, value in config.to_dict().items():
-        if value is None:
-            args.append(f"--{name}=none")
-        elif isinstance(value, bool):
-            args.append(f"--{name}" if value else f"--no{name}")
-        else:
-            args.append(f"--{name}={value}")
-    return [sys.executable, os.path.join(HERE, "digits_launcher.py"), *args]
+def command_line(workdir):
+    """The digits launcher on the digits config file, overridden to ``CONFIG``."""
+    return [sys.executable, os.path.join(HERE, "digits_launcher.py"),
+            f"--config={os.path.join(HERE, 'digits_config.py')}",
+            "--config.run.generations=5", "--config.run.checkpoint_every=2",
+            f"--workdir={workdir}"]
 
 
-def launch(config, cache_dir, log_path):
+def launch(workdir, cache_dir, log_path):
     # A shared persistent compilation cache makes the later processes start fast.
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     log = open(log_path, "w")
-    return subprocess.Popen(command_line(config), cwd=REPO, env=env, stdout=log,
+    return subprocess.Popen(command_line(workdir), cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -73,11 +68,12 @@ def run_records(workdir):
 @pytest.mark.parametrize("kill_after", [random.Random().randint(1, 4)])
 def test_kill_and_rerun_ends_bitwise_identical(tmp_path, kill_after):
     cache = tmp_path / "jax_cache"
-    reference = dataclasses.replace(CONFIG, workdir=str(tmp_path / "reference"))
+    reference = str(tmp_path / "reference")
     finish(launch(reference, cache, tmp_path / "reference.log"), tmp_path / "reference.log")
+    assert training.checkpoint.load_config(training.RunFiles(reference)) == CONFIG
 
-    killed = dataclasses.replace(CONFIG, workdir=str(tmp_path / "killed"))
-    history = os.path.join(killed.workdir, "history.jsonl")
+    killed = str(tmp_path / "killed")
+    history = os.path.join(killed, "history.jsonl")
     process = launch(killed, cache, tmp_path / "first.log")
     while generations_recorded(history) < kill_after:
         assert process.poll() is None, open(tmp_path / "first.log").read()[-3000:]
@@ -87,17 +83,16 @@ def test_kill_and_rerun_ends_bitwise_identical(tmp_path, kill_after):
     assert process.returncode == -signal.SIGKILL, "the run ended before it was killed"
     finish(launch(killed, cache, tmp_path / "second.log"), tmp_path / "second.log")
 
-    final, expected = restore_final_state(killed.workdir), restore_final_state(
-        reference.workdir)
+    final, expected = restore_final_state(killed), restore_final_state(reference)
     assert int(final.generation) == 5
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(expected), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     initial = models.load("tiny").params
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(initial),
                                                         jax.tree.leaves(final.params)))
-    assert run_records(killed.workdir) == run_records(reference.workdir)
-    trajectories = sorted(os.listdir(os.path.join(killed.workdir, "trajectories")))
-    assert trajectories == sorted(os.listdir(os.path.join(reference.workdir, "trajectories")))
+    assert run_records(killed) == run_records(reference)
+    trajectories = sorted(os.listdir(os.path.join(killed, "trajectories")))
+    assert trajectories == sorted(os.listdir(os.path.join(reference, "trajectories")))
     for name in trajectories:
-        assert open(os.path.join(killed.workdir, "trajectories", name)).read() == open(
-            os.path.join(reference.workdir, "trajectories", name)).read()
+        assert open(os.path.join(killed, "trajectories", name)).read() == open(
+            os.path.join(reference, "trajectories", name)).read()

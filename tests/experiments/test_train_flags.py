@@ -1,6 +1,10 @@
-"""The training launcher: presets, flag overrides, errors before compute, an end-to-end run."""
+"""The training launcher: config files, dotted overrides, errors before compute, a run.
 
-import dataclasses
+``launcher.main`` checks the config (``launch.train_config``) before it loads anything;
+these tests parse the launcher's config files with fresh flags and run the launcher itself
+in subprocesses.
+"""
+
 import json
 import os
 import subprocess
@@ -9,122 +13,136 @@ import sys
 import pytest
 from absl import app, flags
 
-from agentic_esopt import agents, es, models, training
-from experiments import configs
+from ml_collections import config_flags
+
+from agentic_esopt import agents, es, training
+from experiments import launch
 from experiments import train as launcher
+from experiments.configs import ahd, cpu_default, sudoku_mask5, sudoku_mask10, sudoku_mask15
 
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture
-def parse():
-    def parse_args(*args):
-        FLAGS.unparse_flags()
-        FLAGS(["train", *args])
-
-    yield parse_args
-    FLAGS.unparse_flags()
-
-
-@pytest.fixture
-def model_loads(monkeypatch):
-    calls = []
-    real_load = models.load
-
-    def recording_load(*args, **kwargs):
-        calls.append(args)
-        return real_load(*args, **kwargs)
-
-    monkeypatch.setattr(models, "load", recording_load)
-    return calls
+def parsed(*args, config_file="experiments/configs/cpu_default.py"):
+    """The ConfigDict the launcher's --config flag gives for ``args`` (config_flags
+    defines one override flag per field when it parses, so each parse gets fresh flags)."""
+    argv = ["train", *args]
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", os.path.join(REPO, config_file),
+                                    flag_values=flag_values, sys_argv=argv, lock_config=True)
+    flag_values(argv)
+    return flag_values.config
 
 
-def test_no_flags_is_the_cpu_default_preset(parse):
-    parse()
-    assert launcher.build_config() == configs.get_config("cpu_default")
-    assert launcher.build_config().model == "smollm2-135m"
+def run_launcher(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "experiments.train", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_explicit_flags_override_the_preset(parse):
-    parse("--preset=sudoku_mask15", "--population_size=16", "--history_turns=none",
-          "--noantithetic", "--temperature=0.5")
-    config = launcher.build_config()
-    paper = configs.get_config("sudoku_mask15")
-    assert config == dataclasses.replace(paper, population_size=16, history_turns=None,
-                                         temperature=0.5)
-    assert (config.sigma_start, config.sigma_end) == (7e-4, 5e-4)
+def config_of(module):
+    return training.TrainConfig.from_dict(module.get_config().to_dict())
 
 
-@pytest.mark.parametrize("mask_count, sigma", [(5, (1e-3, 2.5e-4)), (10, (1e-3, 2.5e-4)),
-                                               (15, (7e-4, 5e-4))])
-def test_paper_presets(mask_count, sigma):
-    config = configs.get_config(f"sudoku_mask{mask_count}").validate()
-    assert (config.board_size, config.mask_count, config.population_size) == (9, mask_count, 32)
-    assert (config.learning_rate, config.generations, config.sigma_schedule) == (
+def test_the_launcher_defaults_to_the_cpu_default_config():
+    assert FLAGS["config"].default_as_str.endswith("experiments/configs/cpu_default.py'")
+    config = launch.train_config(parsed())
+    assert config == config_of(cpu_default)
+    assert config.model.name == "smollm2-135m" and config.env_name == "sudoku"
+
+
+def test_dotted_flags_override_the_config_file():
+    config = launch.train_config(parsed(
+        "--config.es.population_size=16", "--config.es.antithetic=False",
+        "--config.rollout.temperature=0.5", "--config.env.mask_count=10",
+        "--config.update.name=none", "--config.rollout.max_turns=7",
+        config_file="experiments/configs/sudoku_mask15.py"))
+    assert config == config_of(sudoku_mask15).replace(
+        es=dict(population_size=16), rollout=dict(temperature=0.5, max_turns=7),
+        env=dict(mask_count=10), update=dict(name="none"))
+    assert (config.es.sigma_start, config.es.sigma_end) == (7e-4, 5e-4)
+
+
+@pytest.mark.parametrize("module, mask_count, sigma", [
+    (sudoku_mask5, 5, (1e-3, 2.5e-4)), (sudoku_mask10, 10, (1e-3, 2.5e-4)),
+    (sudoku_mask15, 15, (7e-4, 5e-4))])
+def test_paper_configs(module, mask_count, sigma):
+    config = config_of(module)
+    assert (config.env.board_size, config.env.mask_count) == (9, mask_count)
+    assert config.es.population_size == 32 and config.rollout.tasks_per_generation == 32
+    assert (config.es.learning_rate, config.run.generations, config.es.sigma_schedule) == (
         5e-4, 100, "cosine")
-    assert (config.sigma_start, config.sigma_end) == sigma
+    assert (config.es.sigma_start, config.es.sigma_end) == sigma
+
+
+def test_ahd_config():
+    config = config_of(ahd)
+    assert config.env_name == "ahd" and config.env.search == "eoh"
+    assert (config.es.sigma_start, config.es.sigma_end, config.es.learning_rate) == (
+        1e-3, 0.0, 5e-4)
 
 
 BAD_FLAGS = [
-    (["--population_size=3", "--antithetic"], "antithetic sampling needs an even"),
-    (["--noise=full", "--rank=2"], "rank=2 only applies to noise='lowrank'"),
-    (["--sigma_warmup=30", "--generations=30"], "sigma_warmup (30) must be < generations"),
-    (["--eval_every=0"], "eval_every must be >= 1"),
-    (["--board_size=4", "--mask_count=13"], "mask_count must be in [1, 12]"),
-    (["--anchor_path=/no/such/folder"], "has no train.jsonl"),
-    (["--sigma_schedule=constant"], "a constant σ schedule has no end value"),
-    (["--weight_decay=0.1"], "weight_decay only applies to optimizer='adamw'"),
-    (["--model=/no/such/model.gguf"], "is not 'tiny'"),
-    (["--preset=sudoku_mask99"], "unknown preset 'sudoku_mask99'"),
+    (["--config.es.population_size=3", "--config.es.antithetic=True"],
+     "antithetic sampling needs an even"),
+    (["--config.es.noise=full", "--config.es.rank=2"], "rank=2 only applies to noise='lowrank'"),
+    (["--config.es.sigma_warmup=30", "--config.run.generations=30"],
+     "es.sigma_warmup (30) must be < run.generations (30)"),
+    (["--config.run.eval_every=0"], "run.eval_every must be >= 1"),
+    (["--config.env.mask_count=13"], "env.mask_count must be in [1, 12]"),
+    (["--config.env.anchor_path=/no/such/folder"], "has no train.jsonl"),
+    (["--config.es.sigma_schedule=constant"], "a constant σ schedule has no end value"),
+    (["--config.es.weight_decay=0.1"], "weight_decay only applies to optimizer='adamw'"),
+    (["--config.model.name=/no/such/model.gguf"], "is not 'tiny'"),
+    (["--config.update.name=ppo"], "unknown update rule 'ppo'"),
 ]
 
 
 @pytest.mark.parametrize("args, message", BAD_FLAGS, ids=[m for _, m in BAD_FLAGS])
-def test_bad_flags_fail_before_the_model_loads(parse, model_loads, tmp_path, args, message):
-    workdir = tmp_path / "run"
-    parse(*args, f"--workdir={workdir}")
+def test_bad_flags_are_usage_errors_naming_the_problem(args, message):
     with pytest.raises(app.UsageError) as error:
-        launcher.main(["train"])
+        launch.train_config(parsed(*args))
     assert message in str(error.value)
-    assert model_loads == [] and not workdir.exists()
 
 
-@pytest.mark.parametrize("arg", ["--population_size=abc", "--max_turns=two",
-                                 "--sigma_start=fast"])
-def test_unparsable_flags_fail_at_parse_time(parse, arg):
+@pytest.mark.parametrize("arg", ["--config.es.population_size=abc",
+                                 "--config.rollout.max_turns=two",
+                                 "--config.es.sigma_start=fast"])
+def test_unparsable_flags_fail_at_parse_time(arg):
     with pytest.raises(flags.IllegalFlagValueError):
-        parse(arg)
+        parsed(arg)
 
 
-def test_stray_arguments_are_rejected(parse, model_loads):
-    parse()
+def test_stray_arguments_are_rejected():
     with pytest.raises(app.UsageError, match="unexpected arguments: extra"):
         launcher.main(["train", "extra"])
-    assert model_loads == []
 
 
 def test_command_line_error_exits_before_any_work(tmp_path):
     workdir = tmp_path / "run"
-    completed = subprocess.run(
-        [sys.executable, "-m", "experiments.train", "--model=tiny", "--population_size=3",
-         "--antithetic", f"--workdir={workdir}"],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    completed = run_launcher("--config.model.name=tiny", "--config.es.population_size=3",
+                             "--config.run.eval_every=0", f"--workdir={workdir}")
     assert completed.returncode != 0
     assert "antithetic sampling needs an even population_size, got 3" in completed.stderr
+    assert "run.eval_every must be >= 1" in completed.stderr  # every problem at once
     assert not workdir.exists()
+    assert "PyTorch was not found" not in completed.stderr
+    assert "libtpu" not in completed.stderr.lower()
 
 
-def test_two_generation_tiny_run_writes_everything(parse, tmp_path, capsys):
+def test_two_generation_tiny_run_writes_everything(tmp_path):
     workdir = tmp_path / "run"
-    parse("--model=tiny", "--board_size=4", "--mask_count=1", "--population_size=4",
-          "--generations=2", "--tasks_per_generation=1", "--max_new_tokens=4",
-          "--max_turns=1", "--eval_size=2", "--eval_every=1", "--checkpoint_every=1",
-          f"--workdir={workdir}")
-    launcher.main(["train"])
-    assert "| mean reward |" in capsys.readouterr().out
+    completed = run_launcher(
+        "--config.model.name=tiny", "--config.env.mask_count=1",
+        "--config.es.population_size=4", "--config.run.generations=2",
+        "--config.rollout.tasks_per_generation=1", "--config.rollout.max_new_tokens=4",
+        "--config.rollout.max_turns=1", "--config.eval.size=2", "--config.run.eval_every=1",
+        f"--workdir={workdir}")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "| mean reward |" in completed.stdout
     config = training.TrainConfig.from_dict(json.loads((workdir / "config.json").read_text()))
-    assert (config.model, config.noise, config.antithetic) == ("tiny", "lowrank", True)
+    assert (config.model.name, config.es.noise, config.es.antithetic) == ("tiny", "lowrank",
+                                                                        True)
     header, records = es.history.read(workdir / "history.jsonl")
     assert len(records) == 2 and header["strategy"]["noise"] == "lowrank"
     kinds = [(r["kind"], r["generation"]) for r in
@@ -140,3 +158,18 @@ def test_two_generation_tiny_run_writes_everything(parse, tmp_path, capsys):
     episodes = agents.read_trajectories(workdir / "trajectories" / "gen_00001.jsonl")
     assert len(episodes) == 4 and {e.member for e in episodes} == set(range(4))
     assert all(a.startswith("set ") and "\n" not in a for e in episodes for a in e.actions)
+
+
+def test_contract_smoke_command_resumes_without_redoing_a_generation(tmp_path):
+    command = ["--config=experiments/configs/cpu_default.py", "--config.model.name=tiny",
+               "--config.run.generations=2", "--config.es.population_size=4",
+               "--config.eval.size=8", f"--workdir={tmp_path}"]
+    first = run_launcher(*command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert len(es.history.read(tmp_path / "history.jsonl")[1]) == 2
+    train_lines = lambda: [r for r in training.metrics.read_metrics(tmp_path / "metrics.jsonl")
+                           if r["kind"] == "train"]
+    before = train_lines()
+    again = run_launcher(*command)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming" in again.stderr and train_lines() == before
