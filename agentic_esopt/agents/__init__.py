@@ -1,25 +1,10 @@
-"""Host-side agent loop: prompts, action parsing and batched multi-turn rollouts.
+"""Host-side agents: prompts, batched multi-turn rollouts, heuristic search, and the reward
+sources that turn a population of the current policy into one reward per member."""
 
-Submodules load on first use, so light users (the sandbox child, parsers) never import
-jax through this package.
-"""
+from agentic_esopt.agents import ahd_prompts, eoh, prompts, rollout, sources
+from agentic_esopt.agents.rollout import (Trajectory, make_model_policy, member_rewards,
+                                          read_trajectories, run_episodes, write_trajectories)
 
-import importlib
-
-_EXPORTS = {
-    "ParseError": "parsing", "SetAction": "parsing", "parse_set_action": "parsing",
-    "Trajectory": "rollout", "make_model_policy": "rollout", "member_rewards": "rollout",
-    "read_trajectories": "rollout", "run_episodes": "rollout",
-    "write_trajectories": "rollout",
-}
-_SUBMODULES = ("ahd_prompts", "eoh", "parsing", "prompts", "rollout")
-
-__all__ = sorted([*_EXPORTS, *_SUBMODULES])
-
-
-def __getattr__(name):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["Trajectory", "ahd_prompts", "eoh", "make_model_policy", "member_rewards",
+           "prompts", "read_trajectories", "rollout", "run_episodes", "sources",
+           "write_trajectories"]

@@ -352,10 +352,7 @@ def _config_dict(config: EoHConfig | SampleConfig) -> dict[str, Any]:
 
 def _checkpoint(run_dir: str, method: str, config: EoHConfig | SampleConfig,
                 state: SearchState) -> None:
-    payload = dict(method=method, config=_config_dict(config),
-                   population=[dataclasses.asdict(i) for i in state.population],
-                   call_count=state.call_count, generation=state.generation,
-                   rng_state=state.rng_state)
+    payload = dict(method=method, config=_config_dict(config), **state_to_json(state))
     fileio.atomic_write_text(os.path.join(run_dir, STATE_FILE), json.dumps(payload))
 
 
@@ -377,15 +374,14 @@ def _start(run_dir: str | None, resume: bool, method: str,
            config: EoHConfig | SampleConfig,
            seed: int) -> tuple[SearchState, dict[str, _Outcome]]:
     """The initial or resumed state and the evaluation cache."""
-    fresh = SearchState((), 0, 0, np.random.default_rng(seed).bit_generator.state)
+    fresh = initial_state(seed)
     if run_dir is None:
         if resume:
             raise ValueError("resume=True needs a run_dir")
         return fresh, {}
     state_path = os.path.join(run_dir, STATE_FILE)
-    log_path = os.path.join(run_dir, PROGRAMS_FILE)
     if not resume:
-        if os.path.exists(state_path) or os.path.exists(log_path):
+        if os.path.exists(state_path) or os.path.exists(os.path.join(run_dir, PROGRAMS_FILE)):
             raise ValueError(f"{run_dir} already holds a run; pass resume=True to continue")
         os.makedirs(run_dir, exist_ok=True)
         return fresh, {}
@@ -394,39 +390,81 @@ def _start(run_dir: str | None, resume: bool, method: str,
         with open(state_path, encoding="utf-8") as file:
             saved = json.load(file)
         _check_resumable(saved, method, config)
-        state = SearchState(tuple(_individual(r) for r in saved["population"]),
-                            saved["call_count"], saved["generation"], saved["rng_state"])
-    records = fileio.read_jsonl(log_path)
-    cache = {r["code"]: _Outcome(r["valid"], r["objective"], r["error"])
-             for r in records if r["code"]}
-    kept = [r for r in records if r["call_index"] < state.call_count]
-    os.makedirs(run_dir, exist_ok=True)
-    fileio.write_jsonl(log_path, kept)
-    return state, cache
+        state = state_from_json(saved)
+    return state, restore_log(run_dir, state.call_count)
 
 
 # ---------------------------------------------------------------- searches
 
 
+def plan(state: SearchState,
+         config: EoHConfig | SampleConfig) -> tuple[list[Entry], int, dict[str, Any]]:
+    """The next batch's (operator, parents) entries, cut to the budget, the generation its
+    offspring belong to, and the parent-selection rng state after planning."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = state.rng_state
+    if isinstance(config, EoHConfig):
+        entries, generation = _eoh_plan(state, rng, config)
+    else:
+        entries, generation = _sample_plan(state, rng, config)
+    return entries[:config.budget - state.call_count], generation, rng.bit_generator.state
+
+
+def step(state: SearchState, cache: dict[str, Any], llm: LLM, evaluate: Evaluate, task: Any,
+         config: EoHConfig | SampleConfig,
+         run_dir: str | None = None) -> tuple[SearchState, Batch]:
+    """One batch of the search: plan, generate, evaluate, reward, select; the offspring
+    are appended to ``run_dir``'s programs log when given. ``cache`` (code -> outcome)
+    is updated in place."""
+    entries, generation, rng_state = plan(state, config)
+    population_size = config.population_size if isinstance(config, EoHConfig) else 1
+    state, batch, replies = _run_batch(state, entries, generation, rng_state, llm, evaluate,
+                                       task, cache, population_size, config.num_members)
+    if run_dir is not None:
+        records = [_record(individual, reward, reply) for individual, reward, reply
+                   in zip(batch.offspring, batch.rewards, replies)]
+        _append_jsonl(os.path.join(run_dir, PROGRAMS_FILE), records)
+    return state, batch
+
+
+def initial_state(seed: int) -> SearchState:
+    """The state of a search that has made no call."""
+    return SearchState((), 0, 0, np.random.default_rng(seed).bit_generator.state)
+
+
+def state_to_json(state: SearchState) -> dict[str, Any]:
+    """A JSON-serialisable copy of ``state``."""
+    return dict(population=[dataclasses.asdict(i) for i in state.population],
+                call_count=state.call_count, generation=state.generation,
+                rng_state=state.rng_state)
+
+
+def state_from_json(saved: dict[str, Any]) -> SearchState:
+    """The inverse of ``state_to_json``."""
+    return SearchState(tuple(_individual(r) for r in saved["population"]),
+                       saved["call_count"], saved["generation"], saved["rng_state"])
+
+
+def restore_log(run_dir: str, call_count: int) -> dict[str, Any]:
+    """Cuts ``run_dir``'s programs log back to ``call_count`` calls; returns the evaluation
+    cache rebuilt from every logged program (later ones included: same code, same score)."""
+    log_path = os.path.join(run_dir, PROGRAMS_FILE)
+    records = fileio.read_jsonl(log_path)
+    cache = {r["code"]: _Outcome(r["valid"], r["objective"], r["error"])
+             for r in records if r["code"]}
+    os.makedirs(run_dir, exist_ok=True)
+    fileio.write_jsonl(log_path, [r for r in records if r["call_index"] < call_count])
+    return cache
+
+
 def _search(method: str, llm: LLM, evaluate: Evaluate, task: Any,
-            config: EoHConfig | SampleConfig, plan: Callable, population_size: int,
-            seed: int, run_dir: str | None, resume: bool,
+            config: EoHConfig | SampleConfig, seed: int, run_dir: str | None, resume: bool,
             on_batch: Callable[[Batch, SearchState], None] | None) -> SearchState:
     if config.budget < 0 or config.num_members < 1:
         raise ValueError(f"need budget >= 0 and num_members >= 1, got {config}")
     state, cache = _start(run_dir, resume, method, config, seed)
     while state.call_count < config.budget:
-        rng = np.random.default_rng()
-        rng.bit_generator.state = state.rng_state
-        entries, generation = plan(state, rng)
-        entries = entries[:config.budget - state.call_count]
-        state, batch, replies = _run_batch(
-            state, entries, generation, rng.bit_generator.state, llm, evaluate, task,
-            cache, population_size, config.num_members)
-        if run_dir is not None:
-            records = [_record(individual, reward, reply) for individual, reward, reply
-                       in zip(batch.offspring, batch.rewards, replies)]
-            _append_jsonl(os.path.join(run_dir, PROGRAMS_FILE), records)
+        state, batch = step(state, cache, llm, evaluate, task, config, run_dir)
         if on_batch is not None:
             on_batch(batch, state)
         if run_dir is not None:
@@ -461,9 +499,7 @@ def run_eoh(llm: LLM, evaluate: Evaluate, task: Any, config: EoHConfig = EoHConf
     if not config.operators or not set(config.operators) <= set(ahd_prompts.OPERATORS[1:]):
         raise ValueError(f"operators must be a non-empty subset of "
                          f"{ahd_prompts.OPERATORS[1:]}, got {config.operators}")
-    return _search("eoh", llm, evaluate, task, config,
-                   functools.partial(_eoh_plan, config=config), config.population_size,
-                   config.seed, run_dir, resume, on_batch)
+    return _search("eoh", llm, evaluate, task, config, config.seed, run_dir, resume, on_batch)
 
 
 def run_sample(llm: LLM, evaluate: Evaluate, task: Any,
@@ -476,9 +512,7 @@ def run_sample(llm: LLM, evaluate: Evaluate, task: Any,
     """
     if config.batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {config.batch_size}")
-    return _search("sample", llm, evaluate, task, config,
-                   functools.partial(_sample_plan, config=config), 1, 0, run_dir,
-                   resume, on_batch)
+    return _search("sample", llm, evaluate, task, config, 0, run_dir, resume, on_batch)
 
 
 def sandbox_evaluator(task_name: str, function_name: str, instances_spec: Any,

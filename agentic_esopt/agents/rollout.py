@@ -10,9 +10,11 @@ their parameters rather than by sampling luck.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from agentic_esopt import options as options_lib
 from agentic_esopt.agents.prompts import Message, add_turn, initial_messages, trim_history
 from agentic_esopt.envs.base import EnvFactory
 
@@ -88,7 +91,20 @@ def run_episodes(env_factory: EnvFactory, tasks: Sequence[Any], policy: Policy,
     if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     rows = list(itertools.product(members, range(len(tasks))))
-    envs = [env_factory() for _ in rows]
+    with contextlib.ExitStack() as closing:
+        envs = []
+        for _ in rows:
+            envs.append(env_factory())
+            if hasattr(envs[-1], "close"):
+                closing.callback(envs[-1].close)
+        return _play(envs, rows, tasks, policy, system_prompt, generation, max_turns,
+                     trajectory_path)
+
+
+def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
+          policy: Policy, system_prompt: str | None, generation: int,
+          max_turns: int | None, trajectory_path: str | Path | None) -> list[Trajectory]:
+    """The turn loop of ``run_episodes`` over already-made environments."""
     conversations = [initial_messages(system_prompt, env.reset(tasks[t], max_turns=max_turns))
                      for env, (_, t) in zip(envs, rows)]
     actions: list[list[str]] = [[] for _ in rows]
@@ -155,47 +171,102 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
         return [Trajectory(**json.loads(line)) for line in f if line.strip()]
 
 
-def make_model_policy(model: Any, population: Any, *, max_new_tokens: int,
-                      temperature: float = 0.0, key: jax.Array | None = None,
-                      history_turns: int | None = None, reply_prefix: str = "",
-                      stop: tuple[str, ...] = ()) -> Policy:
-    """A policy that chat-templates each conversation and calls ``models.generate``.
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How agents play episodes (a config file's ``rollout`` section)."""
+
+    tasks_per_generation: int = options_lib.field(4, "Tasks every member plays each "
+                                                     "generation.")
+    max_turns: int | None = options_lib.field(None, "Cap on turns per episode (default: the "
+                                                    "environment's own limit).")
+    max_new_tokens: int = options_lib.field(32, "Tokens the agent may generate per turn.")
+    temperature: float = options_lib.field(0.0, "Sampling temperature of training rollouts "
+                                                "(0 = greedy).")
+    top_p: float = options_lib.field(1.0, "Nucleus sampling mass (1 = off).")
+    top_k: int = options_lib.field(0, "Sample among the k most likely tokens (0 = off).")
+    history_turns: int | None = options_lib.field(None, "Keep only the last k turns in each "
+                                                        "prompt (0: only the latest "
+                                                        "observation; default: all).")
+    reply_prefix: str = options_lib.field("", "Text that opens every reply (e.g. 'set '); "
+                                              "steers small models into the action format.")
+    stop_at_newline: bool = options_lib.field(False, "End each reply at its first newline.")
+    skill: str | None = options_lib.field(None, "A skill file whose text is appended to the "
+                                                "system prompt, in training and evaluation.")
+
+    def problems(self) -> list[str]:
+        problems: list[str] = []
+        check = options_lib.checker(problems)
+        check(self.tasks_per_generation >= 1,
+              f"tasks_per_generation must be >= 1, got {self.tasks_per_generation}")
+        check(self.max_turns is None or self.max_turns >= 1,
+              f"max_turns must be >= 1, got {self.max_turns}")
+        check(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got "
+                                        f"{self.max_new_tokens}")
+        check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        check(self.history_turns is None or self.history_turns >= 0,
+              f"history_turns must be >= 0, got {self.history_turns}")
+        check(self.skill is None or os.path.isfile(self.skill),
+              f"skill: no file {self.skill!r}")
+        return problems
+
+
+SKILL_HEADER = "Additional skill instructions:"
+
+
+def with_skill(system_prompt: str | None, skill_path: str | None) -> str | None:
+    """``system_prompt`` followed by the skill file's text (unchanged without a skill)."""
+    if skill_path is None:
+        return system_prompt
+    with open(skill_path, encoding="utf-8") as f:
+        skill = f.read().strip()
+    return "\n\n".join(p for p in (system_prompt, f"{SKILL_HEADER}\n{skill}") if p)
+
+
+# generate(model, prompts, **sampling) -> models.GenerationOutput: ``models.generate`` or a
+# stand-in with its signature (tests inject scripted replies).
+Generate = Callable[..., Any]
+
+
+def make_model_policy(model: Any, population: Any, options: Options, *,
+                      temperature: float, key: jax.Array | None, generate: Generate,
+                      extra_stop: Sequence[str] = ()) -> Policy:
+    """A policy that chat-templates each conversation and calls ``generate``.
 
     Args:
       model: a loaded ``models.Model`` (config, params, tokenizer with a chat template).
       population: the generation's ``es.Population``, or None to act with θ itself.
-      max_new_tokens: per-turn token limit.
-      temperature: 0 is greedy.
+      options: the rollout settings (token limit, history, reply prefix, sampling).
+      temperature: 0 is greedy (training and evaluation use different temperatures).
       key: sampling key (required when temperature > 0); call k uses fold_in(key, k),
         and within a call every row of the same task shares one sampling stream.
-      history_turns: keep only the last k turns in each prompt (None keeps all).
-      reply_prefix: text that opens every reply (e.g. "set "): appended to the prompt
-        after the generation prompt, and part of the returned reply. It steers small
-        models into the action format.
-      stop: stop strings ending a reply early.
+      generate: ``models.generate`` or a stand-in with its signature.
+      extra_stop: the environment's stop strings.
 
     Returns:
-      ``policy(conversations, members, task_indices) -> replies``.
+      ``policy(conversations, members, task_indices) -> replies``; a reply opens with
+      ``options.reply_prefix``, which is appended to the prompt after the generation
+      prompt.
     """
-    # Imported here so the engine, parsers and environments load without the model stack.
-    from agentic_esopt import models  # pylint: disable=import-outside-toplevel
-
     if temperature > 0 and key is None:
         raise ValueError("sampling with temperature > 0 needs a key")
+    stop = (*(("\n",) if options.stop_at_newline else ()), *extra_stop)
     call_index = itertools.count()
 
     def policy(conversations: list[list[Message]], members: list[int],
                task_indices: list[int]) -> list[str]:
-        prompts = [model.tokenizer.apply_chat_template(trim_history(c, history_turns),
+        prompts = [model.tokenizer.apply_chat_template(trim_history(c, options.history_turns),
                                                        add_generation_prompt=True,
-                                                       tokenize=False) + reply_prefix
+                                                       tokenize=False) + options.reply_prefix
                    for c in conversations]
         call_key = None if key is None else jax.random.fold_in(key, next(call_index))
-        output = models.generate(
-            model, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+        output = generate(
+            model, prompts, max_new_tokens=options.max_new_tokens, temperature=temperature,
+            top_k=options.top_k or None, top_p=options.top_p if options.top_p < 1 else None,
             key=call_key, population=population, stop=stop or None,
             members=None if population is None else np.asarray(members, dtype=np.int32),
             streams=np.asarray(task_indices, dtype=np.int32))
-        return [reply_prefix + text for text in output.texts]
+        return [options.reply_prefix + text for text in output.texts]
 
     return policy

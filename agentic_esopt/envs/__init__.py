@@ -1,8 +1,11 @@
-"""Text environments behind one protocol (see ``base``)."""
+"""Text environments behind one protocol (``base``) and the registry (``make``)."""
 
-from agentic_esopt.envs import base, sudoku
-from agentic_esopt.envs.base import EnvFactory, Environment, StepResult, Task
+from agentic_esopt.envs import base, registry, sudoku
+from agentic_esopt.envs.base import (EnvFactory, Environment, Splits, StepResult, Task,
+                                     TaskSource)
+from agentic_esopt.envs.registry import build_options, default_options, make, names
 from agentic_esopt.envs.sudoku import SudokuEnv, SudokuTask, generate_tasks, load_anchor_tasks
 
-__all__ = ["EnvFactory", "Environment", "StepResult", "SudokuEnv", "SudokuTask", "Task", "base",
-           "generate_tasks", "load_anchor_tasks", "sudoku"]
+__all__ = ["EnvFactory", "Environment", "Splits", "StepResult", "SudokuEnv", "SudokuTask",
+           "Task", "TaskSource", "base", "build_options", "default_options",
+           "generate_tasks", "load_anchor_tasks", "make", "names", "registry", "sudoku"]

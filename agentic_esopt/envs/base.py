@@ -8,7 +8,13 @@ task is its ``id``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Protocol
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from agentic_esopt import options as options_lib
 
 
 class Task(Protocol):
@@ -47,5 +53,74 @@ class Environment(Protocol):
     def step(self, action_text: str) -> StepResult:
         """Applies one action given as free text."""
 
+    # Optional: ``close()`` releases what the episode holds (a browser page, a sandbox
+    # folder). The rollout engine calls it when the episode ends, also on error.
+
 
 EnvFactory = Callable[[], Environment]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSource:
+    """Everything a trainer needs from a multi-turn environment.
+
+    Attributes:
+      env_factory: makes a fresh environment per episode.
+      system_prompt: the system message of every conversation (None for none).
+      train_tasks: generation -> that generation's training tasks, a pure function of
+        (seed, generation), the same for every member.
+      eval_tasks: the held-out tasks (disjoint from every generation's training tasks).
+      stop: strings that end a reply (e.g. "Observation:" for a ReAct agent), on top of
+        the run's own.
+    """
+
+    env_factory: EnvFactory
+    system_prompt: str | None
+    train_tasks: Callable[[int], Sequence[Any]]
+    eval_tasks: Sequence[Any]
+    stop: tuple[str, ...] = ()
+
+
+class Splits(NamedTuple):
+    """How many tasks a run takes from an environment, and from which splits.
+
+    Attributes:
+      seed: the run seed (task sampling derives from it).
+      tasks_per_generation: training tasks per generation.
+      eval_size: held-out tasks.
+      eval_split: the held-out split, "eval" or "test" (never the training split).
+    """
+
+    seed: int = 0
+    tasks_per_generation: int = 4
+    eval_size: int = 32
+    eval_split: str = "eval"
+
+
+EVAL_SPLITS = ("eval", "test")
+
+
+def split_problems(splits: Splits) -> list[str]:
+    """Problems with the split sizes (the run's, checked by the trainer too)."""
+    problems = []
+    check = options_lib.checker(problems)
+    check(splits.tasks_per_generation >= 1,
+          f"tasks_per_generation must be >= 1, got {splits.tasks_per_generation}")
+    check(splits.eval_size >= 1, f"eval_size must be >= 1, got {splits.eval_size}")
+    check(splits.eval_split in EVAL_SPLITS, f"eval split must be one of {EVAL_SPLITS} "
+                                            f"(never the training split), got "
+                                            f"{splits.eval_split!r}")
+    return problems
+
+
+def generation_seed(seed: int, generation: int) -> int:
+    """A stable 32-bit seed for generation ``generation`` of a run seeded with ``seed``."""
+    return int(np.random.SeedSequence([seed, generation]).generate_state(1)[0])
+
+
+def sample_generation_tasks(pool: Sequence[Any], n: int, seed: int,
+                            generation: int) -> list[Any]:
+    """``n`` distinct tasks of ``pool`` for one generation (pool order kept)."""
+    rng = np.random.default_rng([seed, generation])
+    chosen = rng.choice(len(pool), size=n, replace=False)
+    return [pool[i] for i in sorted(chosen)]

@@ -17,15 +17,19 @@ admissible commands; the agent still has to pick moves that lead to the solution
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
+import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from agentic_esopt.agents.parsing import ParseError, parse_set_action
+from agentic_esopt import options as options_lib
+from agentic_esopt.envs import base
 from agentic_esopt.envs.base import StepResult
 
 BOX_SHAPES = {4: (2, 2), 6: (2, 3), 9: (3, 3)}
@@ -33,6 +37,64 @@ BOX_SHAPES = {4: (2, 2), 6: (2, 3), 9: (3, 3)}
 MIN_GIVENS = {4: 4, 6: 8, 9: 17}
 TURNS_PER_BLANK = 3
 SPLITS = ("train", "eval", "test")
+
+MAX_NUMBER_DIGITS = 9
+
+_SEPARATORS = r"[\s,;:()\[\]{}]"
+_NUMBER = r"([+-]?[0-9]+)"
+# "set" not preceded by a letter (so "reset" is no command), then three integers separated
+# by whitespace, commas, semicolons, colons or brackets: "set 3 4 5", "SET(3, 4, 5)",
+# "set: [3,4,5]". ASCII-only so that unicode look-alikes of digits and letters never match.
+_SET_COMMAND = re.compile(
+    rf"(?<![a-z])set{_SEPARATORS}*{_NUMBER}{_SEPARATORS}+{_NUMBER}{_SEPARATORS}+{_NUMBER}"
+    r"(?![0-9])",
+    re.IGNORECASE | re.ASCII,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class SetAction:
+    """``set row col value``, 1-based as the model writes it (range is the env's check)."""
+
+    row: int
+    col: int
+    value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ParseError:
+    """Why no action could be read from the text; meant to be shown to the model."""
+
+    reason: str
+
+
+def parse_set_action(text: str) -> SetAction | ParseError:
+    """Reads the LAST well-formed ``set r c v`` command anywhere in ``text``.
+
+    Lenient about case, separators and surrounding text ("I'll play set 3 4 5",
+    "<answer>set(3, 4, 5)</answer>"). A command with a number longer than
+    ``MAX_NUMBER_DIGITS`` digits is malformed and skipped.
+
+    Args:
+      text: the model's reply; any string (non-strings are a ParseError too).
+
+    Returns:
+      The parsed ``SetAction`` or a ``ParseError`` with a human-readable reason.
+    """
+    if not isinstance(text, str):
+        return ParseError(f"expected text, got {type(text).__name__}")
+    found_overlong = False
+    for match in reversed(list(_SET_COMMAND.finditer(text))):
+        numbers = match.groups()
+        if any(len(number.lstrip("+-")) > MAX_NUMBER_DIGITS for number in numbers):
+            found_overlong = True
+            continue
+        row, col, value = (int(number) for number in numbers)
+        return SetAction(row=row, col=col, value=value)
+    if found_overlong:
+        return ParseError("the numbers in your command are far too large")
+    return ParseError("no command of the form 'set <row> <col> <value>' was found")
+
 
 Grid = tuple[tuple[int, ...], ...]
 
@@ -429,3 +491,76 @@ class SudokuEnv:
             options = f"Empty cells (row col): {', '.join(blanks)}."
         return (f"Current board:\n{render_board(self._board)}\n\n"
                 f"{options} Turns left: {self._turn_limit - self._turn}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Sudoku settings (``envs.make("sudoku", **options)``)."""
+
+    board_size: int = options_lib.field(4, "Board size: 4, 6 or 9.")
+    mask_count: int = options_lib.field(2, "Blank cells per puzzle (H*, the horizon).")
+    partial_credit: bool = options_lib.field(False, "Reward the fraction of blanks filled "
+                                                    "correctly instead of 1/0 for solved.")
+    list_legal_moves: bool = options_lib.field(False, "Observations list every move that "
+                                                      "breaks no rule (admissible commands).")
+    anchor_path: str | None = options_lib.field(None, "Folder with train.jsonl and "
+                                                      "<eval split>.jsonl puzzles to play "
+                                                      "instead of generated ones.")
+
+    def problems(self) -> list[str]:
+        size = self.board_size
+        if size not in BOX_SHAPES:
+            return [f"board_size must be one of {sorted(BOX_SHAPES)}, got {size}"]
+        most_blanks = size ** 2 - MIN_GIVENS[size]
+        problems = []
+        options_lib.checker(problems)(
+            1 <= self.mask_count <= most_blanks,
+            f"mask_count must be in [1, {most_blanks}] on a {size}×{size} board (a unique "
+            f"solution needs {MIN_GIVENS[size]} givens), got {self.mask_count}")
+        if self.anchor_path is not None and not os.path.isfile(
+                os.path.join(self.anchor_path, "train.jsonl")):
+            problems.append(f"anchor_path {self.anchor_path!r} has no train.jsonl")
+        return problems
+
+
+def _anchor_tasks(options: Options, split: str, needed: int) -> list[SudokuTask]:
+    path = os.path.join(options.anchor_path, f"{split}.jsonl")
+    if not os.path.isfile(path):
+        raise ValueError(f"anchor_path {options.anchor_path!r} has no {split}.jsonl")
+    loaded = load_anchor_tasks(path, mask_count=options.mask_count)
+    wrong_size = [t.id for t in loaded if t.size != options.board_size]
+    if wrong_size:
+        raise ValueError(f"{path}: tasks {wrong_size[:3]} are not {options.board_size}×"
+                         f"{options.board_size}; set board_size to match the anchor file")
+    if len(loaded) < needed:
+        raise ValueError(f"{path} has {len(loaded)} tasks with mask_count="
+                         f"{options.mask_count}, fewer than the {needed} needed")
+    return loaded
+
+
+def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
+    """Sudoku tasks: generated (train / held-out splits never share a grid) or anchors."""
+    if options.anchor_path is not None:
+        pool = _anchor_tasks(options, "train", splits.tasks_per_generation)
+        eval_tasks = _anchor_tasks(options, splits.eval_split, splits.eval_size)
+        eval_tasks = eval_tasks[:splits.eval_size]
+
+        def train_tasks(generation: int) -> list[SudokuTask]:
+            return base.sample_generation_tasks(pool, splits.tasks_per_generation,
+                                                splits.seed, generation)
+    else:
+        eval_tasks = generate_tasks(splits.eval_size, options.board_size, options.mask_count,
+                                    seed=splits.seed, split=splits.eval_split)
+
+        def train_tasks(generation: int) -> list[SudokuTask]:
+            return generate_tasks(splits.tasks_per_generation, options.board_size,
+                                  options.mask_count,
+                                  seed=base.generation_seed(splits.seed, generation),
+                                  split="train")
+
+    train_tasks(0)  # Fails now, before any compute, if the setting cannot make tasks.
+    return base.TaskSource(
+        env_factory=functools.partial(SudokuEnv, partial_credit=options.partial_credit,
+                                      list_legal_moves=options.list_legal_moves),
+        system_prompt=system_prompt(options.board_size), train_tasks=train_tasks,
+        eval_tasks=eval_tasks)

@@ -13,6 +13,7 @@ loop, so it never holds more than one leaf of noise whatever G is.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import flax.struct
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from agentic_esopt import options as options_lib
 from agentic_esopt.es import fitness as fitness_lib
 from agentic_esopt.es import noise as noise_lib
 from agentic_esopt.es import schedules
@@ -245,3 +247,78 @@ def from_spec(spec: dict, optimizer: optax.GradientTransformation | None = None)
             raise ValueError("this strategy used a custom optax optimizer: pass it again")
         kwargs["optimizer"] = optimizer
     return agentic_esopt(**kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The ES settings of a run (a config file's ``es`` section)."""
+
+    population_size: int = options_lib.field(8, "G, perturbed members per generation.")
+    noise: str = options_lib.field("full", "Perturbation noise: 'full' or 'lowrank'.")
+    rank: int = options_lib.field(1, "Rank r of low-rank noise.")
+    antithetic: bool = options_lib.field(False, "Antithetic pairs (+ε, −ε); needs an even "
+                                                "population.")
+    sigma_schedule: str = options_lib.field("cosine", "σ schedule: constant, linear or "
+                                                      "cosine.")
+    sigma_start: float = options_lib.field(1e-3, "σ at the start (after warmup).")
+    sigma_end: float = options_lib.field(2.5e-4, "σ at the last generation (== sigma_start "
+                                                 "for constant).")
+    sigma_warmup: int = options_lib.field(0, "Generations of linear σ warmup from 0.")
+    learning_rate: float = options_lib.field(5e-4, "α, the ES learning rate.")
+    optimizer: str = options_lib.field("sgd", "Optimizer on the ES estimate: sgd (the "
+                                              "paper's), adam or adamw.")
+    weight_decay: float = options_lib.field(0.0, "Decoupled weight decay (adamw only).")
+    scale_by_sigma: bool = options_lib.field(False, "Divide the estimate by σ (the paper "
+                                                    "does not).")
+    fitness: str = options_lib.field("zscore", "Reward shaping: zscore, centered_rank or "
+                                               "identity.")
+    scope: str = options_lib.field("full", "Perturbed parameters: 'full', 'all_linear' or "
+                                           "a regex over parameter paths.")
+
+    def problems(self) -> list[str]:
+        """Every problem with these settings (the trainer checks σ warmup < generations)."""
+        problems: list[str] = []
+        check = options_lib.checker(problems)
+        check(self.population_size >= 2,
+              f"population_size must be >= 2, got {self.population_size}")
+        check(not (self.antithetic and self.population_size % 2),
+              f"antithetic sampling needs an even population_size, got {self.population_size}")
+        check(self.noise in noise_lib.NOISE_MODES,
+              f"noise: unknown {self.noise!r}; choose one of {noise_lib.NOISE_MODES}")
+        check(self.rank >= 1, f"rank must be >= 1, got {self.rank}")
+        check(not (self.rank > 1 and self.noise == "full"),
+              f"rank={self.rank} only applies to noise='lowrank'; use rank=1 with full noise")
+        check(self.sigma_schedule in schedules.KINDS,
+              f"sigma_schedule: unknown {self.sigma_schedule!r}; choose one of "
+              f"{schedules.KINDS}")
+        check(self.sigma_start > 0, f"sigma_start must be > 0, got {self.sigma_start}")
+        check(self.sigma_end >= 0, f"sigma_end must be >= 0, got {self.sigma_end}")
+        check(not (self.sigma_schedule == "constant" and self.sigma_end != self.sigma_start),
+              f"sigma_end: a constant σ schedule has no end value; set sigma_end = "
+              f"sigma_start ({self.sigma_start}), got {self.sigma_end}")
+        check(self.sigma_warmup >= 0, f"sigma_warmup must be >= 0, got {self.sigma_warmup}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.optimizer in OPTIMIZERS,
+              f"optimizer: unknown {self.optimizer!r}; choose one of {OPTIMIZERS}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        check(not (self.weight_decay > 0 and self.optimizer != "adamw"),
+              f"weight_decay only applies to optimizer='adamw', got {self.optimizer!r}")
+        check(self.fitness in fitness_lib.SHAPERS,
+              f"fitness: unknown {self.fitness!r}; choose one of {tuple(fitness_lib.SHAPERS)}")
+        try:
+            noise_lib.validate_scope(self.scope)
+        except ValueError as error:
+            problems.append(f"scope: {error}")
+        return problems
+
+
+def from_options(options: Options, generations: int) -> Strategy:
+    """The strategy ``options`` describe, its σ schedule spanning ``generations``."""
+    sigma = schedules.Schedule(options.sigma_schedule, options.sigma_start, options.sigma_end,
+                               generations, options.sigma_warmup)
+    return agentic_esopt(population_size=options.population_size, sigma=sigma,
+                         learning_rate=options.learning_rate, noise=options.noise,
+                         rank=options.rank, antithetic=options.antithetic,
+                         fitness=options.fitness, scope=options.scope,
+                         optimizer=options.optimizer, weight_decay=options.weight_decay,
+                         scale_by_sigma=options.scale_by_sigma)

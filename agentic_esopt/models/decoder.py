@@ -80,7 +80,7 @@ def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
 def init_params(config: ModelConfig, key: jax.Array, dtype: Any = jnp.float32) -> PyTree:
     """Random parameters: N(0, 0.02²) matrices, unit norm scales, zero biases."""
     shapes = sorted(param_shapes(config).items())
-    matrices = [(path, shape) for path, shape in shapes if is_matrix_path(path)]
+    matrices = [(path, shape) for path, shape in shapes if path[-1] not in ("scale", "bias")]
     sizes = [math.prod(shape) for _, shape in matrices]
     draws = INIT_STDDEV * jax.random.normal(key, (sum(sizes),), F32)  # One RNG op compiles fast.
     offsets = np.cumsum([0] + sizes)
@@ -92,11 +92,6 @@ def init_params(config: ModelConfig, key: jax.Array, dtype: Any = jnp.float32) -
         elif path[-1] == "bias":
             flat[path] = jnp.zeros(shape, dtype)
     return flax.traverse_util.unflatten_dict(flat)
-
-
-def is_matrix_path(path: tuple[str, ...]) -> bool:
-    """Whether a parameter path names a matrix (kernel or embedding) rather than a vector."""
-    return path[-1] in ("kernel", "embedding")
 
 
 def no_deltas(params: PyTree) -> PyTree:
@@ -122,7 +117,7 @@ def row_deltas(params: PyTree, factors: PyTree, members: jax.Array) -> PyTree:
         stacked = keys[0] == "layers"
         if factor is None:
             return None
-        if is_matrix_path(keys):
+        if isinstance(factor, LowRank):  # es.noise decides which leaves are matrices.
             return LowRank(*(_gather_rows(x, members, stacked) for x in factor))
         return _gather_rows(factor, members, stacked)
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from agentic_esopt import options as options_lib
 from agentic_esopt.models import tiny
 from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.models.decoder import init_params
@@ -244,3 +245,23 @@ def _route_all(config: ModelConfig, tensors: Mapping[str, TensorRef],
         raise ValueError(f"Checkpoint is missing tensors: {missing[:10]}"
                          f"{' ...' if len(missing) > 10 else ''}")
     return sources
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Which model a run loads (a config file's ``model`` section)."""
+
+    name: str = options_lib.field("tiny", "'tiny', 'smollm2-135m', a .gguf file or a HF "
+                                          "checkpoint folder.")
+    dtype: str = options_lib.field("float32", "Parameter dtype: float32, bfloat16 or "
+                                              "float16.")
+
+    def problems(self) -> list[str]:
+        problems = []
+        check = options_lib.checker(problems)
+        check(self.name == "tiny" or self.name in GGUF_NAMES or os.path.exists(self.name),
+              f"name: {self.name!r} is not 'tiny', one of {GGUF_NAMES}, or an existing "
+              ".gguf file / checkpoint folder")
+        check(self.dtype in DTYPES, f"dtype: unknown {self.dtype!r}; choose one of "
+                                    f"{tuple(DTYPES)}")
+        return problems

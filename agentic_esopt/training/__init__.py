@@ -1,12 +1,12 @@
-"""ES training end to end: config, task sources, the trainer, checkpoints, metrics, reports."""
+"""The one run loop: config sections, update rules, checkpoints, metrics and reports."""
 
-from agentic_esopt.training import checkpoint, config, evaluation, files, metrics, report, tasks
+from agentic_esopt.training import (checkpoint, config, evaluation, files, metrics, report,
+                                    trainer, updates)
 from agentic_esopt.training.config import TrainConfig, make_strategy
-from agentic_esopt.training.evaluation import evaluate, evaluate_workdir
+from agentic_esopt.training.evaluation import evaluate_workdir
 from agentic_esopt.training.files import RunFiles
-from agentic_esopt.training.tasks import ENVS, EnvSpec, TaskSource
-from agentic_esopt.training.trainer import TrainResult, run_generation, train
+from agentic_esopt.training.trainer import TrainResult, train
 
-__all__ = ["ENVS", "EnvSpec", "RunFiles", "TaskSource", "TrainConfig", "TrainResult",
-           "checkpoint", "config", "evaluate", "evaluate_workdir", "evaluation", "files",
-           "make_strategy", "metrics", "report", "run_generation", "tasks", "train"]
+__all__ = ["RunFiles", "TrainConfig", "TrainResult", "checkpoint", "config",
+           "evaluate_workdir", "evaluation", "files", "make_strategy", "metrics", "report",
+           "train", "trainer", "updates"]

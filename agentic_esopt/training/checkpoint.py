@@ -2,7 +2,8 @@
 
 A workdir holds ``config.json`` (the run's ``TrainConfig``), ``history.jsonl`` (the es
 history), ``metrics.jsonl``, ``trajectories/``, ``tensorboard/``, ``checkpoints/`` (orbax:
-the full ES state every K generations, with a checksum) and the final reports.
+the update rule's full state and the reward source's state every K generations, with a
+checksum) and the final reports.
 
 Resuming from a checkpoint taken after generation k trims every other file back to k:
 the history keeps k generation records, metrics and trajectories of later generations are
@@ -30,8 +31,8 @@ from absl import logging
 
 from agentic_esopt import es
 from agentic_esopt.fileio import atomic_write_text
-from agentic_esopt.training import metrics
-from agentic_esopt.training.config import TrainConfig, make_strategy, run_key
+from agentic_esopt.training import metrics, updates
+from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
 
 _TRAJECTORY_FILE = re.compile(r"(gen|eval)_(\d+)\.jsonl$")
@@ -46,10 +47,18 @@ def load_config(files: RunFiles) -> TrainConfig:
         return TrainConfig.from_dict(json.load(f))
 
 
+def _flatten(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for name, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
 def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
     """Records ``config`` in a new workdir, or checks it equals the one recorded there.
-
-    The workdir's own path may differ (a workdir can be moved).
 
     Raises:
       ValueError: listing every field that differs from the recorded run (a resumed run
@@ -62,11 +71,11 @@ def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
         atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
         return
     with open(files.config, encoding="utf-8") as f:
-        saved = json.load(f)
-    current = config.to_dict()
+        saved = _flatten(json.load(f))
+    current = _flatten(config.to_dict())
     changed = [f"{name}: {saved.get(name, '<missing>')!r} in the workdir, "
                f"{current.get(name, '<missing>')!r} now"
-               for name in sorted((set(saved) | set(current)) - {"workdir"})
+               for name in sorted(set(saved) | set(current))
                if saved.get(name) != current.get(name)]
     if changed:
         raise ValueError(f"workdir {files.workdir!r} holds a run with a different "
@@ -86,11 +95,9 @@ def state_checksum(state: es.ESState) -> int:
 
 
 class Checkpointer:
-    """Saves and restores the full ES state with orbax, falling back past corrupt steps.
-
-    A step is the state's generation unless the caller numbers steps otherwise (the AHD
-    co-evolution numbers them by LLM calls).
-    """
+    """Saves and restores an update rule's state (a pytree with a ``generation``) and the
+    reward source's JSON state with orbax, falling back past corrupt steps. A step is the
+    state's generation."""
 
     def __init__(self, directory: str, max_to_keep: int = 3):
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
@@ -99,18 +106,19 @@ class Checkpointer:
         self.directory = os.path.abspath(directory)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
-    def save(self, state: es.ESState, step: int | None = None) -> None:
-        """Writes ``state`` as ``step`` (default: its generation), synchronously."""
-        step = int(state.generation) if step is None else int(step)
-        meta = {"step": step, "generation": int(state.generation),
-                "checksum": state_checksum(state), "time": time.time()}
+    def save(self, state: Any, source_state: dict | None = None) -> None:
+        """Writes ``state`` (and the source's state) as step ``state.generation``."""
+        step = int(state.generation)
+        meta = {"step": step, "generation": step, "checksum": state_checksum(state),
+                "source": source_state or {}, "time": time.time()}
         self._manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
         self._manager.wait_until_finished()
 
-    def restore_latest(self, template: es.ESState,
-                       quarantine_dir: str | None = None) -> es.ESState | None:
-        """The newest checkpoint that restores and passes its checksum, else None.
+    def restore_latest(self, template: Any, quarantine_dir: str | None = None
+                       ) -> tuple[Any, dict] | None:
+        """(state, source state) of the newest checkpoint that restores and passes its
+        checksum, else None.
 
         Args:
           template: a state with the run's structure, shapes, dtypes and shardings.
@@ -119,7 +127,7 @@ class Checkpointer:
         """
         for step in sorted(self._manager.all_steps(), reverse=True):
             try:
-                state = self.restore(step, template)
+                restored = self.restore(step, template)
             except Exception as error:  # pylint: disable=broad-except
                 logging.warning("checkpoint at step %d in %s is unusable (%s: %s); falling "
                                 "back to the previous one", step, self.directory,
@@ -127,20 +135,15 @@ class Checkpointer:
                 if quarantine_dir is not None:
                     self._quarantine(step, quarantine_dir)
                 continue
-            return state
+            return restored
         return None
 
     def steps(self) -> list[int]:
         """The saved steps, oldest first."""
         return sorted(self._manager.all_steps())
 
-    def discard_after(self, step: int) -> None:
-        """Deletes the steps after ``step`` (orbax would not save those steps again)."""
-        for later in [s for s in self._manager.all_steps() if s > step]:
-            self._manager.delete(later)
-
-    def restore(self, step: int, template: es.ESState) -> es.ESState:
-        """The state saved as ``step``, checked against its checksum.
+    def restore(self, step: int, template: Any) -> tuple[Any, dict]:
+        """(state, source state) saved as ``step``, checked against the checksum.
 
         Raises:
           FileNotFoundError: if there is no such step.
@@ -152,14 +155,12 @@ class Checkpointer:
         restored = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         state, meta = restored.state, restored.meta
-        if (meta.get("step", meta["generation"]) != step
-                or meta["generation"] != int(state.generation)):
+        if meta["generation"] != step or int(state.generation) != step:
             raise ValueError(f"step {step} holds generation {int(state.generation)}, "
-                             f"recorded as step {meta.get('step')} generation "
-                             f"{meta['generation']}")
+                             f"recorded as generation {meta['generation']}")
         if state_checksum(state) != meta["checksum"]:
             raise ValueError(f"checksum mismatch in step {step}")
-        return state
+        return state, meta.get("source", {})
 
     def _quarantine(self, step: int, quarantine_dir: str) -> None:
         os.makedirs(quarantine_dir, exist_ok=True)
@@ -172,25 +173,25 @@ class Checkpointer:
         self._manager.close()
 
 
-def restore_workdir_state(files: RunFiles, config: TrainConfig,
-                          params: Any) -> es.ESState | None:
-    """The newest usable ES state checkpointed in a workdir (None if there is none).
+def restore_workdir_state(files: RunFiles, config: TrainConfig, params: Any) -> Any:
+    """The newest usable update-rule state checkpointed in a workdir (None if none).
 
     Args:
       files: the workdir's files.
       config: the run's config (gives the state's structure).
       params: the model's initial parameters (shapes and dtypes of the template).
     """
-    template = make_strategy(config).init(run_key(config), params)
+    template = updates.make_rule(config).init(params)
     checkpointer = Checkpointer(files.checkpoints)
     try:
-        return checkpointer.restore_latest(template)
+        restored = checkpointer.restore_latest(template)
     finally:
         checkpointer.close()
+    return None if restored is None else restored[0]
 
 
-def trim_run_files(files: RunFiles, start: int, strategy: es.Strategy,
-                   run_key: Any, config: TrainConfig) -> es.history.HistoryWriter:
+def trim_run_files(files: RunFiles, start: int, config: TrainConfig,
+                   rule: Any) -> es.history.HistoryWriter | None:
     """Brings the workdir's files back to ``start`` completed generations.
 
     From 0 the history, metrics, trajectories, TensorBoard events and reports start anew.
@@ -198,7 +199,8 @@ def trim_run_files(files: RunFiles, start: int, strategy: es.Strategy,
     trajectories of generations >= k (and evaluations after >= k generations) go.
 
     Returns:
-      The history writer to append generation ``start`` onwards.
+      The history writer to append generation ``start`` onwards (None for rules that
+      keep no ES history).
     """
     for report in (files.reward_curve, files.summary_json, files.summary_markdown):
         if os.path.exists(report):
@@ -210,6 +212,10 @@ def trim_run_files(files: RunFiles, start: int, strategy: es.Strategy,
     metrics.trim_metrics(files.metrics, start)
     if start == 0:
         shutil.rmtree(files.tensorboard, ignore_errors=True)
-        return es.history.HistoryWriter.create(files.history, strategy.spec, run_key,
+    if not rule.writes_history:
+        return None
+    if start == 0:
+        return es.history.HistoryWriter.create(files.history, rule.strategy.spec,
+                                               es.strategy.raw_key(rule.run_key),
                                                config=config.to_dict())
     return es.history.HistoryWriter.open(files.history, keep_generations=start)

@@ -32,8 +32,9 @@ def plot_reward_curve(records: Sequence[dict], path: str) -> None:
     left.plot(generations, [r["reward_max"] for r in train], label="population max")
     left.set(title="Training reward", xlabel="generation", ylabel="reward")
     left.legend()
+    evals = [r for r in evals if _is_episode_eval(r)]
     eval_generations = [r["generation"] for r in evals]
-    for key, label, _ in COMPARED:
+    for key, label, _ in COMPARED if evals else ():
         right.errorbar(eval_generations, [r[key] for r in evals],
                        yerr=[r[f"{key}_se"] for r in evals], capsize=3, marker="o",
                        label=label)
@@ -73,18 +74,27 @@ def _comparison(initial: dict, final: dict, key: str, episodes_key: str) -> dict
                                          else _ratio(difference, paired_se)))
 
 
+def _is_episode_eval(record: dict) -> bool:
+    return "mean_reward" in record
+
+
 def summarize(records: Sequence[dict]) -> dict:
     """Initial vs final held-out evaluation, the difference in s.e. units, and wall time.
 
     The difference is divided by the pooled s.e. √(se_initial² + se_final²) and, when both
     evaluations played the same tasks (as ``evaluation.evaluate`` does, with the same
     sampling key), by the paired s.e. of the per-episode differences. A ratio is None
-    when its s.e. is 0 and the values differ.
+    when its s.e. is 0 and the values differ. Evaluations of other reward sources (a
+    heuristic search) are reported as their final record.
     """
     train, evals = _of_kind(records, "train"), _of_kind(records, "eval")
     if not evals:
         raise ValueError("no evaluation records to summarise")
     initial, final = evals[0], evals[-1]
+    if not _is_episode_eval(final):
+        return dict(generations=len(train), final_generation=final["generation"],
+                    final_eval={k: v for k, v in final.items() if k not in ("kind",)},
+                    wall_time_s=sum(r["wall_time_s"] for r in records))
     return dict(
         generations=len(train), initial_generation=initial["generation"],
         final_generation=final["generation"], eval_episodes=final["num_episodes"],
@@ -101,6 +111,11 @@ def _format_ratio(value: float | None) -> str:
 
 def summary_markdown(summary: dict) -> str:
     """The summary as a markdown table."""
+    if "final_eval" in summary:
+        rows = [f"| {k} | {v} |" for k, v in summary["final_eval"].items()]
+        return "\n".join([f"Final evaluation after {summary['final_generation']} "
+                          "generations:", "", "| metric | value |", "|---|---|", *rows,
+                          "", f"wall time {summary['wall_time_s']:.1f} s."]) + "\n"
     lines = [
         f"| metric | initial (gen {summary['initial_generation']}) | final (gen "
         f"{summary['final_generation']}) | difference | difference / s.e. | "

@@ -1,13 +1,12 @@
-"""The generic ES trainer: one generation, read top to bottom, and the loop around it.
+"""The one run loop: any update rule × any reward source, with resume and reports.
 
-Per generation t (``run_generation``): the generation's tasks (a function of (seed, t),
-the same for every member); the population (``strategy.ask``); one batched rollout of
-every (member, task) episode with sampling keys from (seed, t, turn); one mean reward per
-member; the ES update (``strategy.tell``). The loop (``train``) records each generation in
-the es history, metrics.jsonl, TensorBoard and the log; checkpoints every K generations;
-evaluates the unperturbed parameters on held-out tasks at the start, every E generations
-and at the end; and writes the reward curve and the summary. Rerunning the same config in
-the same workdir resumes from the newest good checkpoint, bitwise.
+Per generation t the update rule asks the reward source for rewards (ES: the population
+around θ_t plays the generation's tasks, or answers one search batch) and applies its
+update. The loop records each generation in the es history (ES rules), metrics.jsonl,
+TensorBoard and the log; checkpoints the rule's state and the source's state every K
+generations; evaluates the unperturbed parameters at the start, every E generations and
+at the end; and writes the reward curve and the summary. Rerunning the same config in the
+same workdir resumes from the newest good checkpoint, bitwise.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -23,10 +21,10 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from agentic_esopt import agents, es, models
+from agentic_esopt import agents, envs, es, models
+from agentic_esopt.agents import eoh
 from agentic_esopt.training import config as config_lib
-from agentic_esopt.training import evaluation, report
-from agentic_esopt.training import tasks as tasks_lib
+from agentic_esopt.training import report, updates
 from agentic_esopt.training.checkpoint import (Checkpointer, save_or_check_config,
                                                trim_run_files)
 from agentic_esopt.training.config import TrainConfig
@@ -34,62 +32,33 @@ from agentic_esopt.training.files import RunFiles
 from agentic_esopt.training.metrics import MetricsLogger, read_metrics
 
 
-class Run(NamedTuple):
-    """What stays fixed during a run."""
-
-    config: TrainConfig
-    model: models.Model
-    strategy: es.Strategy
-    source: tasks_lib.TaskSource
-    files: RunFiles
-
-
-class GenerationResult(NamedTuple):
-    """What one generation produced besides the new state."""
-
-    population: es.Population
-    tasks: Sequence[Any]
-    trajectories: list[agents.Trajectory]
-    rewards: np.ndarray
-    es_metrics: dict
-
-
 class TrainResult(NamedTuple):
-    """The final ES state and the run summary (see ``report.summarize``)."""
+    """The final update-rule state and the run summary (see ``report.summarize``)."""
 
-    state: es.ESState
+    state: Any
     summary: dict
 
 
-def run_generation(run: Run, state: es.ESState) -> tuple[es.ESState, GenerationResult]:
-    """One ES generation: every member plays the same tasks, then the update."""
-    config, generation = run.config, int(state.generation)
-    tasks = run.source.train_tasks(generation)
-    population = run.strategy.ask(state)
-    policy = agents.make_model_policy(
-        dataclasses.replace(run.model, params=state.params), population,
-        temperature=config.temperature,
-        key=config_lib.sampling_key(config, config_lib.TRAIN_SAMPLING_STREAM, generation),
-        **config_lib.policy_options(config))
-    trajectories = agents.run_episodes(
-        run.source.env_factory, tasks, policy, range(config.population_size),
-        system_prompt=run.source.system_prompt, generation=generation,
-        max_turns=config.max_turns, trajectory_path=run.files.train_trajectories(generation))
-    rewards = agents.member_rewards(trajectories, config.population_size)
-    state, es_metrics = run.strategy.tell(state, population, rewards)
-    return state, GenerationResult(population, tasks, trajectories, rewards, es_metrics)
-
-
-def train_record(result: GenerationResult, wall_time_s: float) -> dict[str, float]:
-    """The metrics line of one generation."""
-    m = result.es_metrics
-    return dict(
-        reward_mean=float(m["reward_mean"]), reward_std=float(m["reward_std"]),
-        reward_max=float(m["reward_max"]), reward_min=float(m["reward_min"]),
-        success_rate=float(np.mean([t.solved for t in result.trajectories])),
-        mean_turns=float(np.mean([t.num_turns for t in result.trajectories])),
-        sigma=float(m["sigma"]), learning_rate=float(m["learning_rate"]),
-        update_norm=float(m["update_norm"]), wall_time_s=wall_time_s)
+def make_reward_source(config: TrainConfig, files: RunFiles,
+                       generate: agents.rollout.Generate) -> agents.sources.RewardSource:
+    """The reward source of ``config.env``: episodes, or a heuristic search for AHD."""
+    source = envs.registry.make_from_options(config.env_name, config.env, config.splits)
+    if isinstance(source, envs.TaskSource):
+        return agents.sources.EpisodeRewards(source, config.rollout, config.eval.temperature,
+                                             generate)
+    members = config.es.population_size if config.update.name == "es" else 1
+    if config.env.search == "eoh":
+        search = eoh.EoHConfig(population_size=config.env.eoh_population,
+                               budget=config.run.generations * 10**6,
+                               offspring_per_operator=config.es.population_size,
+                               num_members=members, seed=config.run.seed)
+    else:
+        search = eoh.SampleConfig(
+            budget=config.run.generations * 10**6,
+            batch_size=config.es.population_size * config.env.samples_per_member,
+            num_members=members)
+    return agents.sources.SearchRewards(source, search, config.rollout, generate,
+                                        files.workdir, config.run.seed)
 
 
 def is_due(generations_done: int, every: int, total: int) -> bool:
@@ -106,64 +75,82 @@ def check_scope(scope: str, params: Any) -> None:
                          f"{jax.tree_util.keystr(leaves[0][0])}")
 
 
-def train(config: TrainConfig,
-          envs: Mapping[str, tasks_lib.EnvSpec] | None = None) -> TrainResult:
+def train_record(result: updates.StepResult, wall_time_s: float) -> dict[str, float]:
+    """The metrics line of one generation."""
+    scalars = {name: float(value) for name, value in result.metrics.items()
+               if np.ndim(value) == 0}
+    return {**updates.reward_statistics(result.rewards.rewards), **scalars,
+            **result.rewards.metrics, "wall_time_s": wall_time_s}
+
+
+def train(config: TrainConfig, workdir: str, *,
+          generate: agents.rollout.Generate = models.generate,
+          model: models.Model | None = None) -> TrainResult:
     """Trains (or resumes training) as ``config`` says; see the module docstring.
 
     Args:
-      config: the run; ``config.workdir`` receives every output.
-      envs: the environments by name (default ``tasks.ENVS``).
+      config: the run.
+      workdir: receives every output; a run already there is resumed.
+      generate: ``models.generate`` or a stand-in with its signature (tests).
+      model: an already loaded model (default: ``models.load(config.model.name)``).
 
     Returns:
       The final state and the summary.
     """
-    envs = tasks_lib.ENVS if envs is None else envs
-    config.validate(envs)
-    source = envs[config.env].make_source(config)
-    files = RunFiles(config.workdir)
+    files = RunFiles(workdir)
     save_or_check_config(files, config)
-    model = models.load(config.model, dtype=config.dtype)
-    check_scope(config.scope, model.params)
-    strategy = config_lib.make_strategy(config)
-    run = Run(config, model, strategy, source, files)
+    source = make_reward_source(config, files, generate)
+    if model is None:
+        model = models.load(config.model.name, dtype=config.model.dtype)
+    check_scope(config.es.scope, model.params)
+    rule = updates.make_rule(config)
+    total = config.run.generations
 
     with contextlib.ExitStack() as closing:
         checkpointer = closing.enter_context(contextlib.closing(
             Checkpointer(files.checkpoints)))
-        state = strategy.init(config_lib.run_key(config), model.params)
-        restored = checkpointer.restore_latest(state,
-                                               quarantine_dir=files.corrupt_checkpoints)
-        state = state if restored is None else restored
-        start, total = int(state.generation), config.generations
+        state = rule.init(model.params)
+        restored = checkpointer.restore_latest(state, quarantine_dir=files.corrupt_checkpoints)
+        if restored is None:
+            source.restore(source.state())
+        else:
+            state, source_state = restored
+            source.restore(source_state)
+        start = int(state.generation)
         if start:
             logging.info("resuming %s after generation %d of %d", files.workdir, start, total)
-        history = trim_run_files(files, start, strategy, state.key, config)
+        history = trim_run_files(files, start, config, rule)
         logger = closing.enter_context(contextlib.closing(
             MetricsLogger(files.metrics, files.tensorboard, purge_step=start)))
 
         def evaluate_and_log(params: Any, generations_done: int) -> None:
             began = time.time()
-            statistics = evaluation.evaluate(model, params, source, config, generations_done,
-                                             files.eval_trajectories(generations_done))
+            key = config_lib.sampling_key(config, config_lib.EVAL_SAMPLING_STREAM, 0)
+            statistics = source.evaluate(dataclasses.replace(model, params=params), key,
+                                         generations_done,
+                                         files.eval_trajectories(generations_done))
             logger.log("eval", generations_done, {**statistics,
                                                   "wall_time_s": time.time() - began})
 
-        if is_due(start, config.eval_every, total):
+        if is_due(start, config.run.eval_every, total):
             evaluate_and_log(state.params, start)
         bar = closing.enter_context(tqdm.tqdm(total=total, initial=start,
-                                              desc="ES generations", unit="gen"))
+                                              desc="generations", unit="gen"))
         for generation in range(start, total):
             began = time.time()
-            state, result = run_generation(run, state)
+            key = config_lib.sampling_key(config, config_lib.TRAIN_SAMPLING_STREAM, generation)
+            state, result = rule.step(state, source, model, key,
+                                      files.train_trajectories(generation))
             wall_time_s = time.time() - began
-            history.append(result.population, result.rewards, result.es_metrics,
-                           wall_time_s, task_ids=[str(t.id) for t in result.tasks])
+            if history is not None:
+                history.append(result.population, result.rewards.rewards, result.metrics,
+                               wall_time_s, task_ids=result.rewards.task_ids)
             record = logger.log("train", generation, train_record(result, wall_time_s))
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}")
             bar.update()
-            if is_due(generation + 1, config.checkpoint_every, total):
-                checkpointer.save(state)
-            if is_due(generation + 1, config.eval_every, total):
+            if is_due(generation + 1, config.run.checkpoint_every, total):
+                checkpointer.save(state, source.state())
+            if is_due(generation + 1, config.run.eval_every, total):
                 evaluate_and_log(state.params, generation + 1)
 
     records = read_metrics(files.metrics)

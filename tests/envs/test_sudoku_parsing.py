@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentic_esopt.agents.parsing import ParseError, SetAction, parse_set_action
+from agentic_esopt.envs.sudoku import ParseError, SetAction, parse_set_action
 
 
 @pytest.mark.parametrize("text, expected", [

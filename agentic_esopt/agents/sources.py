@@ -1,0 +1,249 @@
+"""Reward sources: a policy's parameters and a population in, one reward per member out.
+
+A reward source is what an update rule asks for rewards each generation. Two exist:
+
+* ``EpisodeRewards``: every member plays the generation's tasks of a multi-turn
+  environment (``envs.TaskSource``) in one batched rollout; a member's reward is its mean
+  total reward. Evaluation plays the held-out tasks with the unperturbed parameters.
+* ``SearchRewards``: one batch of an EoH / Sample heuristic search (``agents.eoh``); each
+  member answers its share of the batch's prompts and is rewarded by its offspring
+  (``member_rewards``). Evaluation scores the best heuristic on held-out instances.
+
+Both share one interface (``rewards``, ``evaluate``, ``state`` / ``restore``) so the
+trainer runs either with any update rule. A source's ``state()`` is JSON and is
+checkpointed with the update rule's state, so a resumed run continues bitwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import numpy as np
+
+from agentic_esopt.agents import eoh, rollout
+
+PyTree = Any
+
+
+class Rewards(NamedTuple):
+    """One generation's rewards.
+
+    Attributes:
+      rewards: (members,) float64, one per member (one for an unperturbed policy).
+      task_ids: the tasks the members played (recorded in the history).
+      metrics: scalar metrics of the generation (success rate, valid programs, ...).
+    """
+
+    rewards: np.ndarray
+    task_ids: list[str]
+    metrics: dict[str, float]
+
+
+class RewardSource(Protocol):
+    """What an update rule needs from a task."""
+
+    def rewards(self, model: Any, population: Any, generation: int, key: jax.Array,
+                trajectory_path: str | None) -> Rewards:
+        """Rewards of the population around ``model.params`` (None: θ itself)."""
+
+    def evaluate(self, model: Any, key: jax.Array, generation: int,
+                 trajectory_path: str | None) -> dict[str, Any]:
+        """Held-out statistics of ``model.params``."""
+
+    def state(self) -> dict[str, Any]:
+        """The source's own state (JSON), saved with every checkpoint."""
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Continues from a ``state()`` taken at a checkpoint."""
+
+
+def num_members(population: Any) -> int:
+    """Members of a population (1 for the unperturbed policy, ``population=None``)."""
+    return 1 if population is None else int(population.signs.shape[0])
+
+
+@dataclasses.dataclass
+class EpisodeRewards:
+    """Multi-turn episodes of an environment (see the module docstring).
+
+    Attributes:
+      source: the environment's task source.
+      options: the rollout settings.
+      eval_temperature: sampling temperature of held-out evaluation.
+      generate: ``models.generate`` or a stand-in.
+    """
+
+    source: Any
+    options: rollout.Options
+    eval_temperature: float
+    generate: rollout.Generate
+
+    @property
+    def system_prompt(self) -> str | None:
+        return rollout.with_skill(self.source.system_prompt, self.options.skill)
+
+    def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
+              key: jax.Array, generation: int, trajectory_path: str | None):
+        policy = rollout.make_model_policy(model, population, self.options,
+                                           temperature=temperature, key=key,
+                                           generate=self.generate,
+                                           extra_stop=self.source.stop)
+        return rollout.run_episodes(
+            self.source.env_factory, tasks, policy, range(num_members(population)),
+            system_prompt=self.system_prompt, generation=generation,
+            max_turns=self.options.max_turns, trajectory_path=trajectory_path)
+
+    def rewards(self, model, population, generation, key, trajectory_path=None) -> Rewards:
+        tasks = self.source.train_tasks(generation)
+        trajectories = self._play(model, population, tasks, self.options.temperature, key,
+                                  generation, trajectory_path)
+        return Rewards(
+            rollout.member_rewards(trajectories, num_members(population)),
+            [str(t.id) for t in tasks],
+            dict(success_rate=float(np.mean([t.solved for t in trajectories])),
+                 mean_turns=float(np.mean([t.num_turns for t in trajectories]))))
+
+    def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
+        trajectories = self._play(model, None, self.source.eval_tasks, self.eval_temperature,
+                                  key, generation, trajectory_path)
+        return episode_statistics(trajectories)
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        del state  # Tasks are a function of (seed, generation): nothing to restore.
+
+
+def mean_and_standard_error(values) -> tuple[float, float]:
+    """Sample mean and its standard error std(ddof=1)/√n (0 for a single value)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        raise ValueError("need at least one value")
+    if values.size == 1:
+        return float(values[0]), 0.0
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+
+
+def episode_statistics(trajectories) -> dict[str, Any]:
+    """Mean total reward and success rate of episodes, each with its standard error.
+
+    The per-episode task ids, rewards and outcomes are kept too, so that two evaluations
+    of the same tasks can be compared pairwise (``training.report.summarize``).
+    """
+    mean_reward, mean_reward_se = mean_and_standard_error(
+        [t.total_reward for t in trajectories])
+    success_rate, success_rate_se = mean_and_standard_error(
+        [float(t.solved) for t in trajectories])
+    return dict(num_episodes=len(trajectories), mean_reward=mean_reward,
+                mean_reward_se=mean_reward_se, success_rate=success_rate,
+                success_rate_se=success_rate_se,
+                mean_turns=float(np.mean([t.num_turns for t in trajectories])),
+                episode_task_ids=[t.task_id for t in trajectories],
+                episode_rewards=[t.total_reward for t in trajectories],
+                episode_solved=[float(t.solved) for t in trajectories])
+
+
+def member_rewards(batch: eoh.Batch, size: int) -> np.ndarray:
+    """(size,) mean reward of each member's offspring; the batch mean for members with none
+    (only a budget-cut last batch can leave one out), which z-scoring maps near zero."""
+    if not batch.offspring:
+        raise ValueError("an empty batch has no rewards")
+    rewards = np.asarray(batch.rewards, np.float64)
+    members = np.asarray([child.member for child in batch.offspring])
+    if members.min() < 0 or members.max() >= size:
+        raise ValueError(f"offspring members {sorted(set(members.tolist()))} are outside "
+                         f"[0, {size})")
+    totals = np.bincount(members, weights=rewards, minlength=size)
+    counts = np.bincount(members, minlength=size)
+    return np.where(counts > 0, totals / np.maximum(counts, 1), rewards.mean())
+
+
+def chat_prompt(tokenizer: Any, prompt: str) -> str:
+    """``prompt`` as one user turn in the tokenizer's chat template, ready for a reply."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                         tokenize=False, add_generation_prompt=True)
+
+
+@dataclasses.dataclass
+class SearchRewards:
+    """Heuristic search batches as ES generations (see the module docstring).
+
+    Each generation is one batch of the search; prompt j of a batch goes to member
+    ``j % num_members``. The batch's sampling key is the generation's key.
+
+    Attributes:
+      source: the AHD task source (``envs.ahd.source.AHDSource``).
+      search: ``eoh.EoHConfig`` or ``eoh.SampleConfig`` (its ``num_members`` is G with
+        ES, 1 for the unperturbed model).
+      options: the rollout settings (tokens, temperature, top-p).
+      generate: ``models.generate`` or a stand-in.
+      run_dir: where the programs log is kept.
+      seed: seeds EoH's parent selection.
+    """
+
+    source: Any
+    search: eoh.EoHConfig | eoh.SampleConfig
+    options: rollout.Options
+    generate: rollout.Generate
+    run_dir: str
+    seed: int
+    _state: eoh.SearchState | None = None
+    _cache: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        self._state = eoh.initial_state(self.seed)  # The trainer then calls ``restore``.
+
+    @property
+    def search_state(self) -> eoh.SearchState:
+        return self._state
+
+    def _llm(self, model: Any, population: Any, key: jax.Array) -> eoh.LLM:
+        def llm(prompts, members):
+            output = self.generate(
+                model, [chat_prompt(model.tokenizer, p) for p in prompts],
+                max_new_tokens=self.options.max_new_tokens,
+                temperature=self.options.temperature,
+                top_k=self.options.top_k or None,
+                top_p=self.options.top_p if self.options.top_p < 1 else None, key=key,
+                population=population,
+                members=None if population is None else np.asarray(members, np.int32))
+            return output.texts
+        return llm
+
+    def rewards(self, model, population, generation, key, trajectory_path=None) -> Rewards:
+        del generation, trajectory_path  # Programs go to the run's programs log.
+        self._state, batch = eoh.step(self._state, self._cache,
+                                      self._llm(model, population, key),
+                                      self.source.evaluate, self.source.task, self.search,
+                                      self.run_dir)
+        valid = [c.objective for c in batch.offspring if c.valid]
+        best = self._state.population[0].objective if self._state.population else None
+        metrics = dict(calls=float(self._state.call_count), num_valid=float(len(valid)),
+                       batch_size=float(len(batch.offspring)))
+        if best is not None:
+            metrics["best_train_objective"] = float(best)
+        return Rewards(member_rewards(batch, num_members(population)),
+                       [str(c.call_index) for c in batch.offspring], metrics)
+
+    def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
+        del model, key, generation, trajectory_path  # The heuristic, not the LLM, is scored.
+        best = self._state.population[0] if self._state.population else None
+        statistics = dict(calls=self._state.call_count,
+                          baseline_eval_objective=self.source.baseline_objective(),
+                          best_eval_objective=None, best_train_objective=None,
+                          best_call_index=None)
+        if best is not None:
+            statistics.update(best_eval_objective=self.source.score(best.code)["objective"],
+                              best_train_objective=best.objective,
+                              best_call_index=best.call_index)
+        return statistics
+
+    def state(self) -> dict[str, Any]:
+        return eoh.state_to_json(self._state)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._state = eoh.state_from_json(state)
+        self._cache = eoh.restore_log(self.run_dir, self._state.call_count)
