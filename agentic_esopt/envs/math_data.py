@@ -31,12 +31,14 @@ DIFFICULTIES = ("standard", "easy")
 
 @dataclasses.dataclass(frozen=True)
 class MathTask:
-    """One problem. ``answer`` is the exact answer as text (an integer, ``p/q``, LaTeX)."""
+    """One problem. ``answer`` is the exact answer as text (an integer, ``p/q``, LaTeX);
+    ``expression`` is, for easy problems, the Python expression whose value it is."""
 
     id: str
     question: str
     answer: str
     family: str = ""
+    expression: str = ""
 
 
 def stable_int(text: str) -> int:
@@ -197,8 +199,10 @@ def generate_problems(n: int, seed: int, split: str, difficulty: str = "standard
         if key in seen or problem_split(key) != split:
             continue
         seen.add(key)
+        expression = question.removeprefix("What is ").removesuffix("?")
         tasks.append(MathTask(id=f"{split}-{family}-{stable_int(key):016x}",
-                              question=question, answer=answer, family=family))
+                              question=question, answer=answer, family=family,
+                              expression=expression if difficulty == "easy" else ""))
     if len(tasks) < n:
         raise ValueError(f"generated only {len(tasks)} of {n} distinct {difficulty} problems")
     return tasks

@@ -63,18 +63,35 @@ Call one tool per reply. The result comes back in a message that starts with \
 When you know the answer, reply with your final answer in this form and nothing after it:
 Final answer: \\boxed{ANSWER}"""
 
-HINT = """
+HINTS = ("none", "format", "command")
+FORMAT_HINT = """
 
 Example of a tool call, to compute 12 * 34:
 Action: {"name": "bash", "arguments": {"command": "python3 -c \\"print(12 * 34)\\""}}
 After the observation, answer like this:
 Final answer: \\boxed{408}"""
+COMMAND_HINT = """
+
+Hint: first call the tool exactly like this:
+Action: {action}
+Then read the number in the observation and reply with:
+Final answer: \\boxed{{NUMBER}}"""
 
 
-def user_message(question: str, hint: bool = False) -> str:
-    """The first observation: the problem and the rule that the tool must be used."""
-    return (f"Problem: {question}\n\nYou must use the bash tool at least once before you "
-            "give the final answer." + (HINT if hint else ""))
+def user_message(task: MathTask, hint: str = "none") -> str:
+    """The first observation: the problem and the rule that the tool must be used.
+
+    ``hint``: "format" adds a worked example of the action and answer format; "command"
+    adds the exact tool call that computes an easy problem's expression (the "format"
+    example for problems without one).
+    """
+    message = (f"Problem: {task.question}\n\nYou must use the bash tool at least once "
+               "before you give the final answer.")
+    if hint == "command" and task.expression:
+        command = f'python3 -c "print({task.expression})"'
+        call = json.dumps({"name": "bash", "arguments": {"command": command}})
+        return message + COMMAND_HINT.format(action=call)
+    return message + (FORMAT_HINT if hint in ("format", "command") else "")
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -400,7 +417,7 @@ class MathReactEnv:
     """One episode of ``math_react`` (see the module docstring)."""
 
     def __init__(self, max_turns: int = 50, observation_chars: int = 6000,
-                 limits: ToolLimits = ToolLimits(), hint: bool = False):
+                 limits: ToolLimits = ToolLimits(), hint: str = "none"):
         self.turn_limit_default = max_turns
         self.observation_chars = observation_chars
         self.limits = limits
@@ -425,7 +442,7 @@ class MathReactEnv:
             self.turn_limit_default, max_turns)
         self._tool_calls = 0
         self._done = False
-        return user_message(task.question, self.hint)
+        return user_message(task, self.hint)
 
     @property
     def tool_calls(self) -> int:
@@ -528,8 +545,10 @@ class Options:
     strip_answer_instructions: bool = options_lib.field(True, "Remove DAPO's 'Answer: "
                                                               "$Answer' instructions from "
                                                               "loaded questions.")
-    hint: bool = options_lib.field(False, "The user message shows a worked example of the "
-                                          "exact action and answer format.")
+    hint: str = options_lib.field("none", "'format': the user message shows a worked "
+                                          "example of the action and answer format; "
+                                          "'command': the exact tool call for an easy "
+                                          "problem (the format example otherwise).")
     max_turns: int = options_lib.field(50, "Turns per episode (every reply counts).")
     max_new_tokens: int = options_lib.field(1024, "Per-turn token cap: a setting for the "
                                                   "trainer's policy, which reads it; the "
@@ -551,6 +570,7 @@ class Options:
             unknown = sorted(set(self.families) - set(math_data.FAMILIES[self.difficulty]))
             check(not unknown, f"families {unknown} are not {self.difficulty} families; "
                                f"choose from {sorted(math_data.FAMILIES[self.difficulty])}")
+        check(self.hint in HINTS, f"hint must be one of {HINTS}, got {self.hint!r}")
         check(self.max_turns >= 1, f"max_turns must be >= 1, got {self.max_turns}")
         check(self.max_new_tokens >= 1,
               f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
