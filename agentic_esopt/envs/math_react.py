@@ -192,7 +192,8 @@ def _regex_call(text: str) -> dict | None:
             raw = match.group(1) if match.group(1) is not None else match.group(2)
             # A greedy read up to the last quote before the closing braces, when the model
             # left inner double quotes unescaped: "command": "python3 -c "print(1)""
-            greedy = re.search(rf"""["']?{key}["']?\s*:\s*"(.*)"\s*\}}""", text, re.DOTALL)
+            greedy = re.compile(rf"""["']?{key}["']?\s*:\s*"(.*)"\s*\}}""",
+                                re.DOTALL).match(text, match.start())  # one anchored try
             if greedy and len(greedy.group(1)) > len(raw):
                 raw = greedy.group(1)
             arguments[key] = _unescape(raw)
@@ -295,9 +296,9 @@ def normalize_answer(text: str) -> str:
     inner = last_boxed(text)
     text = inner if inner is not None else text
     text = _TEXT_WRAPPERS.sub(r"\1", text)
-    for old, new in (("{,}", ","), ("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\ ", ""),
-                     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("$", ""),
-                     ("^{\\circ}", ""), ("^\\circ", "")):
+    for old, new in (("{,}", ","), ("\\left", ""), ("\\right", ""), ("\\!", ""),
+                     ("\\,", ""), ("\\ ", ""), ("\\dfrac", "\\frac"),
+                     ("\\tfrac", "\\frac"), ("$", ""), ("^{\\circ}", ""), ("^\\circ", "")):
         text = text.replace(old, new)
     text = re.sub(r"\s+", "", text)
     text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)

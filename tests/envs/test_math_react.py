@@ -115,10 +115,14 @@ def test_parser_never_raises(text):
 
 
 def test_parser_survives_deep_nesting_and_huge_replies():
-    for text in ("Action: " + "{" * 100_000, "Action: " + "[" * 5000 + "{",
+    start = time.monotonic()
+    for text in ("Action: {" + '"command": "x' * 20_000,
+                 'Action: {"name": "bash", ' + '"command": "' * 30_000 + "y" * 50_000,
+                 "Action: " + "{" * 100_000, "Action: " + "[" * 5000 + "{",
                  "Action: {\"name\": \"bash\", \"arguments\": {\"command\": \"" + "x" * 10**6,
                  "\\boxed{" * 10_000, "Final answer: " + "\\boxed{{" * 1000):
         assert isinstance(math_react.parse_reply(text), (ToolCall, FinalAnswer, FormatError))
+    assert time.monotonic() - start < 10
 
 
 # ----------------------------------------------------------------------------- reward
@@ -475,3 +479,23 @@ def test_families_option_restricts_the_problems():
     assert {t.family for t in source.eval_tasks} == {"modpow"}
     assert envs.registry.default_options("math_react")["max_turns"] == 50
     assert isinstance(source, base.TaskSource)
+
+
+def test_command_hint_shows_a_call_that_solves_easy_problems():
+    source = envs.make("math_react", difficulty="easy", hint="command", eval_size=8)
+    for task in source.eval_tasks:
+        env = source.env_factory()
+        first = env.reset(task)
+        hinted = next(line for line in first.splitlines() if line.startswith("Action:"))
+        assert math_react.parse_reply(hinted) == ToolCall(
+            "bash", {"command": f'python3 -c "print({task.expression})"'})
+        obs = env.step(hinted).observation
+        number = obs.splitlines()[1]
+        assert env.step(f"Final answer: \\boxed{{{number}}}").reward == 1.0
+    standard = envs.make("math_react", hint="command", eval_size=1)
+    first = standard.env_factory().reset(standard.eval_tasks[0])
+    assert "to compute 12 * 34" in first
+    plain = envs.make("math_react", eval_size=1)
+    assert "Action:" not in plain.env_factory().reset(plain.eval_tasks[0])
+    with pytest.raises(ValueError, match="hint must be one of"):
+        envs.make("math_react", hint="yes")

@@ -12,7 +12,8 @@ from agentic_esopt.agents import rollout, skills
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "agents"))
-from test_skills import fixture_server, trajectory  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import
+# pylint: disable=wrong-import-position,unused-import
+from test_skills import fixture_server, trajectory  # noqa: E402,F401
 
 
 def make_workdir(path, model_name="tiny"):
