@@ -499,3 +499,28 @@ def test_command_hint_shows_a_call_that_solves_easy_problems():
     assert "Action:" not in plain.env_factory().reset(plain.eval_tasks[0])
     with pytest.raises(ValueError, match="hint must be one of"):
         envs.make("math_react", hint="yes")
+
+
+def test_timeouts_and_floods_are_reported_in_the_observation():
+    env = make_env(limits=math_react.ToolLimits(timeout_s=1, max_output_bytes=1 << 16))
+    env.reset(TASK)
+    start = time.monotonic()
+    obs = env.step(action({"name": "bash", "arguments": {"command": "echo start; sleep 30"}}))
+    assert time.monotonic() - start < 5
+    assert obs.observation.startswith("Observation from bash:\nstart\n[timeout] killed after")
+    assert obs.observation.endswith("[exit_code] -9")
+    obs = env.step(action({"name": "bash", "arguments": {"command": "seq 1 1000000"}}))
+    assert obs.observation.startswith("Observation from bash:\n1\n2\n3\n")
+    assert "[output] too much output" in obs.observation and len(obs.observation) <= 6000
+    env.close()
+
+
+def test_workspace_reports_a_failed_setup():
+    from agentic_esopt.envs.ahd import sandbox  # pylint: disable=import-outside-toplevel
+    with sandbox.Workspace() as workspace:
+        result = workspace.run("echo hi", shell="/no/such/shell")
+        assert result.error and "sandbox setup failed" in result.error
+        assert result.exit_code == 126 and result.stdout == ""
+        assert workspace.run("echo hi").stdout == "hi\n"
+    with pytest.raises(RuntimeError, match="closed"):
+        workspace.run("echo hi")

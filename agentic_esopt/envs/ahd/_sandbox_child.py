@@ -21,8 +21,8 @@ Any blocked action marks the run as failed even when the candidate catches the e
 
 A job with a ``command`` (from `sandbox.Workspace.run`) takes steps 1, 2 and 4, moves into
 the working directory and replaces itself with ``SHELL -c COMMAND`` (no audit hook: the
-shell is not Python); the result descriptor is closed first and is written only when
-the setup fails.
+shell is not Python); the result descriptor is closed by the exec and written only when
+the setup or the exec fails.
 Threat model: this protects the host from buggy or hostile code; it does not claim that
 a candidate cannot tamper with its own score from inside the same interpreter (the
 per-run nonce only rules out naive forgeries).
@@ -278,7 +278,7 @@ def _exec_command(job, result_fd):
     if job["uid"] is not None:
         _drop_privileges(job["uid"])
     os.chdir(job["workdir"])
-    os.close(result_fd)
+    os.set_inheritable(result_fd, False)  # closed by a successful exec, kept by a failed one
     shell = job["shell"]
     os.execve(shell, [shell, "-c", job["command"]], dict(os.environ))
 
