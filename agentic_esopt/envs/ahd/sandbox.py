@@ -18,6 +18,10 @@ A candidate fails, with a reason, on: syntax errors, a missing function, excepti
 (including ``SystemExit`` and the task's ``InvalidHeuristicOutput``), a non-finite or
 non-numeric objective, any action the sandbox blocks, a timeout, exceeding the CPU,
 memory or output limits, or dying without a result.
+
+`Workspace` runs shell commands (an agent's tool calls) through the same child and the
+same supervision: a working directory that a series of commands share, stdout and
+stderr captured separately, and everything the uid left removed on `close`.
 """
 
 import concurrent.futures
