@@ -119,7 +119,7 @@ class FormatError:
     reason: str
 
 
-_ACTION = re.compile(r"action\s*(?:\*\*)?\s*:", re.IGNORECASE)
+_ACTION = re.compile(r"\baction\s*(?:\*\*)?\s*:", re.IGNORECASE)
 _FINAL = re.compile(r"final\s+answer", re.IGNORECASE)
 _FENCE = re.compile(r"```[a-zA-Z]*")
 _NAME = re.compile(r"""["']?name["']?\s*[:=]\s*["']([A-Za-z_][\w.-]*)["']""")
