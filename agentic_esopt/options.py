@@ -85,7 +85,7 @@ def build(cls: type[T], values: Mapping[str, Any], section: str) -> tuple[T | No
         return None, problems
     record = cls(**kwargs)
     own = record.problems() if hasattr(record, "problems") else []
-    problems = [f"{section}.{p}" if not p.startswith(section) else p for p in own]
+    problems = [f"{section}.{p}" for p in own]
     return (None, problems) if problems else (record, [])
 
 

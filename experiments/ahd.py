@@ -1,13 +1,14 @@
-r"""Automatic heuristic design with EoH / Sample, with or without ES on the LLM.
+r"""Automatic heuristic design: one EoH / Sample run (with or without ES on the LLM), or
+the score of one program.
 
-One run: the search (and, for --method=eoh_es / sample_es, ES on the model) in --workdir,
-then the best heuristic and the task's seed heuristic (the baseline) are scored on the
-evaluation instances; a JSON summary is printed. Rerunning the same command resumes.
+The run is the trainer with the AHD config (``experiments.train`` does the same); at the
+end one JSON line with the final evaluation is printed: the best heuristic's objective on
+the held-out instances and the seed heuristic's (the baseline). Rerunning resumes.
 
-  python -m experiments.ahd --task=tsp_constructive --size=20 --method=sample_es \
-      --budget=16 --workdir=workdirs/ahd/tsp20_sample_es
+  python -m experiments.ahd --config.env.task=tsp_constructive --config.env.size=20 \
+      --config.env.search=sample --workdir=workdirs/ahd/tsp20_sample_es
 
-Score one program file on the evaluation instances (one JSON line on stdout):
+Score one program file on the held-out instances (one JSON line {valid, objective, error}):
 
   python -m experiments.ahd --task=kp_constructive --size=50 --score_program=heuristic.py
 """
@@ -18,45 +19,56 @@ import os
 import sys
 
 from absl import app, flags
+from ml_collections import config_flags
 
-from agentic_esopt.agents import coevolution
+from agentic_esopt import envs, training
+from experiments import launch
 
-for _name, _type, _default, _help in coevolution.field_specs():
-    {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-     str: flags.DEFINE_string}[_type](_name, _default, _help)
-flags.DEFINE_string("workdir", "workdirs/ahd/run", "Run directory; rerunning resumes there.")
-flags.DEFINE_string("score_program", None, "Only score this Python file on the "
-                                           "evaluation instances and print one JSON line.")
-FLAGS = flags.FLAGS
+_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/ahd.py",
+                                          "Config file (get_config() -> ConfigDict).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "workdirs/ahd/run", "Run directory; rerunning "
+                                                              "resumes there.")
+_TASK = flags.DEFINE_string("task", None, "Shorthand for --config.env.task.")
+_SIZE = flags.DEFINE_integer("size", None, "Shorthand for --config.env.size.")
+_SCORE_PROGRAM = flags.DEFINE_string("score_program", None, "Only score this Python file on "
+                                     "the held-out instances and print one JSON line.")
 
 
-def config_from_flags() -> coevolution.AHDConfig:
-    """The run's config, checked (a UsageError, before any compute, if it is invalid)."""
-    config = coevolution.AHDConfig(**{name: FLAGS[name].value
-                                      for name, *_ in coevolution.field_specs()})
+def checked_config() -> training.TrainConfig:
+    """The config file with the shorthand flags applied, checked before any compute."""
+    values = _CONFIG.value.to_dict()
+    shorthand = {"task": _TASK.value, "size": _SIZE.value}
+    values["env"].update({k: v for k, v in shorthand.items() if v is not None})
     try:
-        return coevolution.check(config)
+        config = training.TrainConfig.from_dict(values)
     except ValueError as error:
         raise app.UsageError(str(error)) from error
+    if config.env_name != "ahd":
+        raise app.UsageError(f"experiments.ahd runs the 'ahd' environment, not "
+                             f"{config.env_name!r}")
+    return config
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config = config_from_flags()
-    if FLAGS.score_program is not None:
-        if not os.path.isfile(FLAGS.score_program):
-            raise app.UsageError(f"--score_program: no file {FLAGS.score_program!r}")
-        with open(FLAGS.score_program, encoding="utf-8", errors="replace") as file:
+    config = checked_config()
+    if _SCORE_PROGRAM.value is not None:
+        if not os.path.isfile(_SCORE_PROGRAM.value):
+            raise app.UsageError(f"--score_program: no file {_SCORE_PROGRAM.value!r}")
+        with open(_SCORE_PROGRAM.value, encoding="utf-8", errors="replace") as file:
             source = file.read()
         with contextlib.redirect_stdout(sys.stderr):
-            result = coevolution.score_program(source, config)
-        print(json.dumps(result), flush=True)
+            scored = envs.registry.make_from_options("ahd", config.env,
+                                                     config.splits).score(source)
+        print(json.dumps(scored), flush=True)
         return
     with contextlib.redirect_stdout(sys.stderr):
-        summary = coevolution.run(config, FLAGS.workdir)
-    print(json.dumps(summary), flush=True)
+        result = training.train(config, _WORKDIR.value)
+    print(json.dumps(result.summary["final_eval"]), flush=True)
 
 
 if __name__ == "__main__":
+    launch.quiet_startup()
     app.run(main)

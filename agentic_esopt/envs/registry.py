@@ -25,6 +25,14 @@ _MODULES = {
 }
 
 
+def register(name: str, module_name: str) -> None:
+    """Registers an environment defined outside the package (``module_name`` must be
+    importable and define ``Options`` and ``make_source``)."""
+    if name in _MODULES and _MODULES[name] != module_name:
+        raise ValueError(f"environment {name!r} is already registered as {_MODULES[name]}")
+    _MODULES[name] = module_name
+
+
 def names() -> tuple[str, ...]:
     """The registered environment names."""
     return tuple(sorted(_MODULES))

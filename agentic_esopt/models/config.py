@@ -1,4 +1,4 @@
-"""Model configuration parsed from a Hugging Face `config.json`."""
+"""Model configuration parsed from (and written back to) a Hugging Face `config.json`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                    "qwen3": "Qwen3ForCausalLM"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +169,79 @@ def rope_from_hf(hf: Mapping[str, Any]) -> RopeConfig:
         original_max_position_embeddings=int(params.get(
             "original_max_position_embeddings", hf.get("max_position_embeddings", 8192))),
     )
+
+
+def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
+    """The HF config dict of a `ModelConfig`, the inverse of `from_hf_dict`.
+
+    RoPE is written both as transformers 5 `rope_parameters` and as transformers 4
+    `rope_theta`/`rope_scaling`, so either version reads it.
+
+    Raises:
+      ValueError: biases or norms the HF class of `config.model_type` cannot express.
+    """
+    c = config
+    _check_hf_expressible(c)
+    rope = rope_to_hf(c.rope)
+    hf = {
+        "architectures": [HF_ARCHITECTURES[c.model_type]],
+        "model_type": c.model_type,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": c.rms_norm_eps,
+        "max_position_embeddings": c.max_position_embeddings,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "attention_bias": c.o_bias,  # qwen2's q/k/v biases are implied by its model_type.
+        "mlp_bias": c.mlp_bias,
+        "rope_parameters": rope,
+        "rope_theta": c.rope.theta,
+        **special_token_ids_to_hf(c),
+    }
+    if c.rope.kind != "default":
+        hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    return hf
+
+
+def special_token_ids_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """HF `bos_token_id`, `eos_token_id` (an id, a list of ids or None) and `pad_token_id`."""
+    eos = list(config.eos_token_ids)
+    return {"bos_token_id": config.bos_token_id,
+            "eos_token_id": eos[0] if len(eos) == 1 else eos or None,
+            "pad_token_id": config.pad_token_id}
+
+
+def rope_to_hf(rope: RopeConfig) -> dict[str, Any]:
+    """`rope_parameters` (transformers 5) of RoPE settings, the inverse of `rope_from_hf`."""
+    params = {"rope_type": rope.kind, "rope_theta": rope.theta}
+    if rope.kind in ("linear", "llama3"):
+        params["factor"] = rope.factor
+    if rope.kind == "llama3":
+        params.update(low_freq_factor=rope.low_freq_factor,
+                      high_freq_factor=rope.high_freq_factor,
+                      original_max_position_embeddings=rope.original_max_position_embeddings)
+    return params
+
+
+def _check_hf_expressible(c: ModelConfig) -> None:
+    """Raises unless the HF class of `c.model_type` has exactly `c`'s biases and norms."""
+    qwen2 = c.model_type == "qwen2"
+    problems = [
+        (c.qk_norm != (c.model_type == "qwen3"), "q/k norms exist exactly in qwen3"),
+        (qwen2 and (not c.qkv_bias or c.o_bias), "qwen2 has q/k/v biases and no o bias"),
+        (not qwen2 and c.qkv_bias != c.o_bias,
+         f"{c.model_type} has q/k/v/o biases all or none (attention_bias)"),
+        (c.model_type != "llama" and c.mlp_bias, "only llama has MLP biases (mlp_bias)"),
+    ]
+    messages = [message for failed, message in problems if failed]
+    if messages:
+        raise ValueError(f"This {c.model_type} config has no HF equivalent: "
+                         f"{'; '.join(messages)}.")
 
 
 def _check_model_type(model_type: Any) -> None:

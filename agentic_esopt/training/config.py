@@ -68,9 +68,13 @@ class EvalOptions:
                                                 "rollouts (0 = greedy).")
 
     def problems(self) -> list[str]:
-        problems = envs.base.split_problems(envs.Splits(0, 1, self.size, self.split))
-        options_lib.checker(problems)(self.temperature >= 0,
-                                      f"temperature must be >= 0, got {self.temperature}")
+        problems: list[str] = []
+        check = options_lib.checker(problems)
+        check(self.size >= 1, f"size must be >= 1, got {self.size}")
+        check(self.split in envs.base.EVAL_SPLITS,
+              f"split must be one of {envs.base.EVAL_SPLITS} (never the training split), "
+              f"got {self.split!r}")
+        check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
         return problems
 
 

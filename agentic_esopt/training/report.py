@@ -39,7 +39,8 @@ def plot_reward_curve(records: Sequence[dict], path: str) -> None:
                        yerr=[r[f"{key}_se"] for r in evals], capsize=3, marker="o",
                        label=label)
     right.set(title="Held-out evaluation (± s.e.)", xlabel="generations completed")
-    right.legend()
+    if evals:
+        right.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -1,123 +1,102 @@
-"""TrainConfig validation, round trips, and the strategy it builds."""
-
-import dataclasses
+"""TrainConfig: sections checked by their owners, every problem at once, round trips."""
 
 import pytest
 
 from agentic_esopt import training
 from agentic_esopt.training import config as config_lib
 
-VALID = training.TrainConfig()
+VALID = training.TrainConfig.from_dict({})
 
 BAD = [
-    (dict(env="chess"), "unknown env 'chess'"),
-    (dict(board_size=5), "board_size must be one of [4, 6, 9]"),
-    (dict(mask_count=13), "mask_count must be in [1, 12] on a 4×4 board"),
-    (dict(board_size=9, mask_count=0), "mask_count must be in [1, 64]"),
-    (dict(anchor_path="/no/such/anchors"), "has no train.jsonl"),
-    (dict(model="no/such/model"), "model 'no/such/model' is not 'tiny'"),
-    (dict(dtype="float8"), "unknown dtype 'float8'"),
-    (dict(population_size=1), "population_size must be >= 2"),
-    (dict(population_size=5, antithetic=True), "antithetic sampling needs an even"),
-    (dict(noise="sparse"), "unknown noise 'sparse'"),
-    (dict(rank=0, noise="lowrank"), "rank must be >= 1"),
-    (dict(rank=4, noise="full"), "rank=4 only applies to noise='lowrank'"),
-    (dict(sigma_schedule="exp"), "unknown sigma_schedule 'exp'"),
-    (dict(sigma_start=0.0), "sigma_start must be > 0"),
-    (dict(sigma_end=-1.0), "sigma_end must be >= 0"),
-    (dict(sigma_schedule="constant", sigma_start=1e-3, sigma_end=5e-4),
+    (dict(env=dict(name="chess")), "env.name: unknown environment 'chess'"),
+    (dict(env=dict(board_size=5)), "env.board_size must be one of [4, 6, 9]"),
+    (dict(env=dict(mask_count=13)), "env.mask_count must be in [1, 12] on a 4×4 board"),
+    (dict(env=dict(board_size=9, mask_count=0)), "mask_count must be in [1, 64]"),
+    (dict(env=dict(anchor_path="/no/such/anchors")), "has no train.jsonl"),
+    (dict(model=dict(name="no/such/model")), "model.name: 'no/such/model' is not 'tiny'"),
+    (dict(model=dict(dtype="float8")), "model.dtype: unknown 'float8'"),
+    (dict(es=dict(population_size=1)), "es.population_size must be >= 2"),
+    (dict(es=dict(population_size=5, antithetic=True)), "antithetic sampling needs an even"),
+    (dict(es=dict(noise="sparse")), "es.noise: unknown 'sparse'"),
+    (dict(es=dict(rank=0, noise="lowrank")), "es.rank must be >= 1"),
+    (dict(es=dict(rank=4, noise="full")), "rank=4 only applies to noise='lowrank'"),
+    (dict(es=dict(sigma_schedule="exp")), "es.sigma_schedule: unknown 'exp'"),
+    (dict(es=dict(sigma_start=0.0)), "es.sigma_start must be > 0"),
+    (dict(es=dict(sigma_end=-1.0)), "es.sigma_end must be >= 0"),
+    (dict(es=dict(sigma_schedule="constant", sigma_start=1e-3, sigma_end=5e-4)),
      "a constant σ schedule has no end value"),
-    (dict(sigma_warmup=100, generations=100), "sigma_warmup (100) must be < generations"),
-    (dict(learning_rate=0.0), "learning_rate must be > 0"),
-    (dict(optimizer="lion"), "unknown optimizer 'lion'"),
-    (dict(weight_decay=0.1, optimizer="sgd"), "weight_decay only applies to optimizer='adamw'"),
-    (dict(fitness="softmax"), "unknown fitness 'softmax'"),
-    (dict(scope="(unclosed"), "is not 'full', 'all_linear' or a valid regex"),
-    (dict(generations=0), "generations must be >= 1"),
-    (dict(tasks_per_generation=0), "tasks_per_generation must be >= 1"),
-    (dict(max_turns=0), "max_turns must be >= 1"),
-    (dict(max_new_tokens=0), "max_new_tokens must be >= 1"),
-    (dict(temperature=-0.5), "temperature must be >= 0"),
-    (dict(history_turns=-1), "history_turns must be >= 0"),
-    (dict(eval_split="train"), "eval_split must be one of ('eval', 'test')"),
-    (dict(eval_size=0), "eval_size must be >= 1"),
-    (dict(eval_every=0), "eval_every must be >= 1"),
-    (dict(eval_temperature=-1.0), "eval_temperature must be >= 0"),
-    (dict(checkpoint_every=0), "checkpoint_every must be >= 1"),
-    (dict(workdir=""), "workdir must be a folder path"),
-    (dict(seed=-1), "seed must be >= 0"),
-    (dict(population_size="8"), "population_size must be int, got '8'"),
-    (dict(generations=2.5), "generations must be int, got 2.5"),
-    (dict(antithetic=1), "antithetic must be bool, got 1"),
-    (dict(learning_rate=True), "learning_rate must be float, got True"),
-    (dict(max_turns="3"), "max_turns must be int, got '3'"),
+    (dict(es=dict(sigma_warmup=100), run=dict(generations=100)),
+     "es.sigma_warmup (100) must be < run.generations (100)"),
+    (dict(es=dict(learning_rate=0.0)), "es.learning_rate must be > 0"),
+    (dict(es=dict(optimizer="lion")), "es.optimizer: unknown 'lion'"),
+    (dict(es=dict(weight_decay=0.1, optimizer="sgd")),
+     "weight_decay only applies to optimizer='adamw'"),
+    (dict(es=dict(fitness="softmax")), "es.fitness: unknown 'softmax'"),
+    (dict(es=dict(scope="(unclosed")), "is not 'full', 'all_linear' or a valid regex"),
+    (dict(run=dict(generations=0)), "run.generations must be >= 1"),
+    (dict(run=dict(eval_every=0)), "run.eval_every must be >= 1"),
+    (dict(run=dict(checkpoint_every=0)), "run.checkpoint_every must be >= 1"),
+    (dict(run=dict(seed=-1)), "run.seed must be >= 0"),
+    (dict(rollout=dict(tasks_per_generation=0)), "rollout.tasks_per_generation must be >= 1"),
+    (dict(rollout=dict(max_turns=0)), "rollout.max_turns must be >= 1"),
+    (dict(rollout=dict(max_new_tokens=0)), "rollout.max_new_tokens must be >= 1"),
+    (dict(rollout=dict(temperature=-0.5)), "rollout.temperature must be >= 0"),
+    (dict(rollout=dict(top_p=0.0)), "rollout.top_p must be in (0, 1]"),
+    (dict(rollout=dict(history_turns=-1)), "rollout.history_turns must be >= 0"),
+    (dict(rollout=dict(skill="/no/skill.md")), "rollout.skill: no file '/no/skill.md'"),
+    (dict(eval=dict(split="train")), "eval.split must be one of ('eval', 'test')"),
+    (dict(eval=dict(size=0)), "eval.size must be >= 1"),
+    (dict(eval=dict(temperature=-1.0)), "eval.temperature must be >= 0"),
+    (dict(update=dict(name="ppo")), "update.name: unknown update rule 'ppo'"),
+    (dict(es=dict(population_size="8")), "es.population_size must be int, got '8'"),
+    (dict(run=dict(generations=2.5)), "run.generations must be int, got 2.5"),
+    (dict(es=dict(antithetic=1)), "es.antithetic must be bool, got 1"),
+    (dict(es=dict(learning_rate=True)), "es.learning_rate must be float, got True"),
+    (dict(rollout=dict(max_turns="3")), "rollout.max_turns must be int or None, got '3'"),
+    (dict(colour=dict()), "unknown config section 'colour'"),
+    (dict(es=dict(colour="red")), "es: unknown option 'colour'"),
 ]
 
 
-def test_defaults_are_valid():
-    assert VALID.validate() is VALID
-
-
-@pytest.mark.parametrize("overrides, message", BAD, ids=[m for _, m in BAD])
-def test_bad_values_and_combinations_name_the_problem(overrides, message):
-    with pytest.raises(ValueError, match="invalid training configuration") as error:
-        dataclasses.replace(VALID, **overrides).validate()
+@pytest.mark.parametrize("values, message", BAD, ids=[m for _, m in BAD])
+def test_bad_values_and_combinations_name_the_problem(values, message):
+    with pytest.raises(ValueError, match="invalid configuration") as error:
+        training.TrainConfig.from_dict(values)
     assert message in str(error.value)
 
 
-def test_every_problem_is_reported_at_once():
-    config = dataclasses.replace(VALID, population_size=3, antithetic=True, eval_every=0,
-                                 noise="full", rank=2)
+def test_every_problem_of_every_section_is_reported_at_once():
     with pytest.raises(ValueError) as error:
-        config.validate()
+        training.TrainConfig.from_dict(dict(
+            es=dict(population_size=3, antithetic=True, noise="full", rank=2),
+            run=dict(eval_every=0), env=dict(board_size=5), model=dict(dtype="int4")))
     text = str(error.value)
-    assert "even population_size" in text and "eval_every" in text and "rank=2" in text
+    for fragment in ("even population_size", "run.eval_every", "rank=2", "env.board_size",
+                     "model.dtype"):
+        assert fragment in text
 
 
-def test_existing_anchor_folder_passes(tmp_path):
-    for split in ("train", "eval"):
-        (tmp_path / f"{split}.jsonl").write_text("")
-    dataclasses.replace(VALID, anchor_path=str(tmp_path)).validate()
-    with pytest.raises(ValueError, match="has no test.jsonl"):
-        dataclasses.replace(VALID, anchor_path=str(tmp_path), eval_split="test").validate()
-
-
-def test_custom_envs_are_validated_by_their_spec():
-    spec = training.EnvSpec(problems=lambda c: ["custom problem"], make_source=None)
-    with pytest.raises(ValueError, match="custom problem"):
-        dataclasses.replace(VALID, env="custom").validate({"custom": spec})
-    with pytest.raises(ValueError, match="unknown env 'custom'"):
-        dataclasses.replace(VALID, env="custom").validate()
-
-
-def test_dict_round_trip_and_unknown_fields():
-    config = dataclasses.replace(VALID, max_turns=3, anchor_path="x")
+def test_dict_round_trip_and_replace():
+    config = VALID.replace(rollout=dict(max_turns=3), env=dict(mask_count=3))
     assert training.TrainConfig.from_dict(config.to_dict()) == config
-    with pytest.raises(ValueError, match=r"unknown TrainConfig fields: \['colour'\]"):
-        training.TrainConfig.from_dict({**config.to_dict(), "colour": "red"})
+    assert config.rollout.max_turns == 3 and config.env.mask_count == 3
+    assert config.splits == (0, 4, 32, "eval")
+    with pytest.raises(ValueError, match="es.population_size must be >= 2"):
+        config.replace(es=dict(population_size=0))
 
 
-def test_field_types_unwrap_optionals_and_every_field_has_help():
-    types = config_lib.field_types()
-    assert types["max_turns"] is int and types["anchor_path"] is str
-    assert types["antithetic"] is bool and types["sigma_start"] is float
-    assert set(config_lib.optional_fields()) == {"anchor_path", "max_turns", "history_turns"}
-    assert all(f.metadata["help"] for f in dataclasses.fields(training.TrainConfig))
+def test_every_option_field_has_help():
+    import dataclasses
+    for section in config_lib.SECTIONS.values():
+        assert all(f.metadata["help"] for f in dataclasses.fields(section))
 
 
 def test_strategy_follows_the_config():
-    config = dataclasses.replace(VALID, population_size=6, antithetic=True, noise="lowrank",
-                                 rank=2, sigma_start=2e-3, sigma_end=1e-3, generations=7,
-                                 sigma_warmup=1, optimizer="adamw", weight_decay=0.01)
+    config = VALID.replace(
+        es=dict(population_size=6, antithetic=True, noise="lowrank", rank=2,
+                sigma_start=2e-3, sigma_end=1e-3, sigma_warmup=1, optimizer="adamw",
+                weight_decay=0.01), run=dict(generations=7))
     spec = training.make_strategy(config).spec
     assert spec["population_size"] == 6 and spec["antithetic"] and spec["rank"] == 2
     assert spec["sigma"] == dict(kind="cosine", start=2e-3, end=1e-3, steps=7, warmup=1)
     assert spec["optimizer"] == "adamw" and spec["weight_decay"] == 0.01
-
-
-def test_policy_options():
-    options = config_lib.policy_options(dataclasses.replace(
-        VALID, max_new_tokens=7, history_turns=2, reply_prefix="set ", stop_at_newline=True))
-    assert options == dict(max_new_tokens=7, history_turns=2, reply_prefix="set ",
-                           stop=("\n",))
-    assert config_lib.policy_options(VALID)["stop"] == ()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agentic_esopt import agents, es, models, training
-from agentic_esopt.training import checkpoint, evaluation, metrics, trainer
+from agentic_esopt.training import checkpoint, config as config_lib, metrics, trainer
 
 import digits_env
 
@@ -31,26 +31,26 @@ def restore_final(workdir, config):
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    config = dataclasses.replace(CONFIG, workdir=str(tmp_path_factory.mktemp("run")))
-    return config, training.train(config, digits_env.ENVS)
+    workdir = str(tmp_path_factory.mktemp("run"))
+    return workdir, training.train(CONFIG, workdir)
 
 
 def test_run_moves_params_and_the_history_replays_them_bitwise(finished):
-    config, result = finished
+    workdir, result = finished
     initial = models.load("tiny").params
     assert int(result.state.generation) == 3
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(initial),
                                                         jax.tree.leaves(result.state.params)))
-    replayed = es.history.replay(initial, os.path.join(config.workdir, "history.jsonl"))
+    replayed = es.history.replay(initial, os.path.join(workdir, "history.jsonl"))
     assert_trees_equal(replayed, result.state.params)
-    assert_trees_equal(restore_final(config.workdir, config), result.state)
+    assert_trees_equal(restore_final(workdir, CONFIG), result.state)
 
 
 def test_run_writes_every_record(finished):
-    config, result = finished
-    files = training.RunFiles(config.workdir)
+    workdir, result = finished
+    files = training.RunFiles(workdir)
     header, records = es.history.read(files.history)
-    assert header["config"] == config.to_dict() and len(records) == 3
+    assert header["config"] == CONFIG.to_dict() and len(records) == 3
     assert records[1]["task_ids"] == ["train-1-0", "train-1-1"]
     logged = metrics.read_metrics(files.metrics)
     assert [(r["kind"], r["generation"]) for r in logged] == [
@@ -71,26 +71,30 @@ def test_run_writes_every_record(finished):
 
 
 def test_evaluations_at_any_generation_sample_alike(finished):
-    config, _ = finished
+    workdir, _ = finished
     model = models.load("tiny")
-    source = digits_env.ENVS["digits"].make_source(config)
-    first, later = (evaluation.evaluate(model, model.params, source, config, generation)
-                    for generation in (0, 7))
+
+    def evaluate(config, generation):
+        source = trainer.make_reward_source(config, training.RunFiles(workdir),
+                                            models.generate)
+        key = config_lib.sampling_key(config, config_lib.EVAL_SAMPLING_STREAM, 0)
+        return source.evaluate(model, key, generation, None)
+
+    first, later = evaluate(CONFIG, 0), evaluate(CONFIG, 7)
     assert first["episode_task_ids"] == ["eval-0", "eval-1"]
     assert first == later
-    shifted = evaluation.evaluate(model, model.params, source,
-                                  dataclasses.replace(config, seed=config.seed + 1), 0)
+    shifted = evaluate(CONFIG.replace(run=dict(seed=CONFIG.run.seed + 1)), 0)
     assert shifted["episode_rewards"] != first["episode_rewards"]
 
 
 def test_rerunning_a_finished_run_changes_nothing(finished, tmp_path):
-    config, result = finished
-    workdir = shutil.copytree(config.workdir, tmp_path / "copy")
-    again = training.train(dataclasses.replace(config, workdir=str(workdir)), digits_env.ENVS)
+    workdir, result = finished
+    copy = shutil.copytree(workdir, tmp_path / "copy")
+    again = training.train(CONFIG, str(copy))
     assert_trees_equal(again.state, result.state)
     strip = lambda rs: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rs]
-    assert strip(metrics.read_metrics(workdir / "metrics.jsonl")) == strip(
-        metrics.read_metrics(os.path.join(config.workdir, "metrics.jsonl")))
+    assert strip(metrics.read_metrics(copy / "metrics.jsonl")) == strip(
+        metrics.read_metrics(os.path.join(workdir, "metrics.jsonl")))
 
 
 def _garble_all(step_dir):
@@ -111,10 +115,10 @@ def _flip_a_byte_of_the_largest_file(step_dir):
 @pytest.mark.parametrize("corrupt", [_garble_all, _flip_a_byte_of_the_largest_file])
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(finished, tmp_path, caplog,
                                                                   corrupt):
-    config, result = finished
-    workdir = shutil.copytree(config.workdir, tmp_path / "copy")
+    original, result = finished
+    workdir = shutil.copytree(original, tmp_path / "copy")
     corrupt(workdir / "checkpoints" / "3")
-    again = training.train(dataclasses.replace(config, workdir=str(workdir)), digits_env.ENVS)
+    again = training.train(CONFIG, str(workdir))
     assert "checkpoint at step 3" in caplog.text and "unusable" in caplog.text
     assert [p.name.split("-")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["3"]
     assert_trees_equal(again.state, result.state)
@@ -122,23 +126,23 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(finished, tmp_
 
 
 def test_changed_settings_are_refused_before_the_model_loads(finished, monkeypatch):
-    config, _ = finished
+    workdir, _ = finished
 
     def no_load(*args, **kwargs):
         raise AssertionError("the model must not be loaded")
 
     monkeypatch.setattr(models, "load", no_load)
-    changed = dataclasses.replace(config, population_size=6, seed=4)
+    changed = CONFIG.replace(es=dict(population_size=6), run=dict(seed=4))
     with pytest.raises(ValueError, match="different configuration") as error:
-        training.train(changed, digits_env.ENVS)
-    assert "population_size: 4 in the workdir, 6 now" in str(error.value)
-    assert "seed: 3 in the workdir, 4 now" in str(error.value)
+        training.train(changed, workdir)
+    assert "es.population_size: 4 in the workdir, 6 now" in str(error.value)
+    assert "run.seed: 3 in the workdir, 4 now" in str(error.value)
 
 
 def test_scope_that_selects_nothing_is_an_error(tmp_path):
-    config = dataclasses.replace(CONFIG, scope="no_such_layer", workdir=str(tmp_path))
+    config = CONFIG.replace(es=dict(scope="no_such_layer"))
     with pytest.raises(ValueError, match="scope 'no_such_layer' matches no parameter"):
-        training.train(config, digits_env.ENVS)
+        training.train(config, str(tmp_path))
 
 
 def test_is_due():
