@@ -524,3 +524,28 @@ def test_workspace_reports_a_failed_setup():
         assert workspace.run("echo hi").stdout == "hi\n"
     with pytest.raises(RuntimeError, match="closed"):
         workspace.run("echo hi")
+
+
+def test_rollout_engine_plays_math_react_and_closes_every_episode():
+    from agentic_esopt.agents import rollout  # pylint: disable=import-outside-toplevel
+    source = envs.make("math_react", difficulty="easy", eval_size=3)
+
+    def policy(conversations, members, task_indices):
+        replies = []
+        for conversation in conversations:
+            last = conversation[-1]["content"]
+            if last.startswith("Observation from python:"):
+                replies.append(f"Final answer: \\boxed{{{last.splitlines()[1]}}}")
+            else:
+                expression = last.split("What is ")[1].split("?")[0]
+                replies.append(action({"name": "python",
+                                       "arguments": {"code": f"print({expression})"}}))
+        return replies
+
+    before = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("math_react_")}
+    trajectories = rollout.run_episodes(source.env_factory, source.eval_tasks, policy, [0, 1],
+                                        system_prompt=source.system_prompt)
+    assert [t.solved for t in trajectories] == [True] * 6
+    assert all(t.num_turns == 2 and t.total_reward == 1.0 for t in trajectories)
+    after = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("math_react_")}
+    assert after <= before
