@@ -398,6 +398,9 @@ def format_observation(tool: str, result: sandbox.CommandResult, limit: int,
         parts.append(f"[timeout] killed after {timeout_s:g} s")
     if result.output_exceeded:
         parts.append("[output] too much output; the command was killed")
+    if result.disk_exceeded:
+        parts.append("[disk] the working directory grew too large; the command was killed "
+                     "and its files deleted")
     parts.append(f"[exit_code] {result.exit_code}")
     body = "\n".join(p for p in parts if p)
     header = f"Observation from {tool}:\n"
@@ -412,6 +415,7 @@ class ToolLimits:
     memory_mb: int = 1024
     max_output_bytes: int = 1 << 20
     max_processes: int = 32
+    max_disk_mb: int = 256
 
 
 class MathReactEnv:
@@ -511,7 +515,8 @@ class MathReactEnv:
         result = self._workspace.run(command, timeout_s=limits.timeout_s,
                                      memory_mb=limits.memory_mb,
                                      max_output_bytes=limits.max_output_bytes,
-                                     max_processes=limits.max_processes)
+                                     max_processes=limits.max_processes,
+                                     max_disk_mb=limits.max_disk_mb)
         self._tool_calls += 1
         return (format_observation(call.name, result, self.observation_chars,
                                    limits.timeout_s), "tool")
@@ -561,6 +566,9 @@ class Options:
     tool_memory_mb: int = options_lib.field(1024, "Address-space limit per tool process.")
     tool_max_processes: int = options_lib.field(32, "Processes (and threads) one episode's "
                                                     "tool may run at once.")
+    tool_max_disk_mb: int = options_lib.field(256, "Size cap of an episode's working "
+                                                   "directory (beyond it the command is "
+                                                   "killed and the directory emptied).")
 
     def problems(self) -> list[str]:
         problems = []
@@ -582,6 +590,8 @@ class Options:
               f"tool_memory_mb must be >= 64, got {self.tool_memory_mb}")
         check(self.tool_max_processes >= 1,
               f"tool_max_processes must be >= 1, got {self.tool_max_processes}")
+        check(self.tool_max_disk_mb >= 1,
+              f"tool_max_disk_mb must be >= 1, got {self.tool_max_disk_mb}")
         check(0 < self.heldout_fraction < 0.5,
               f"heldout_fraction must be in (0, 0.5), got {self.heldout_fraction}")
         for name in ("data", "eval_data"):
@@ -631,7 +641,8 @@ def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
 
     train_tasks(0)  # Fails now, before any compute, if the setting cannot make tasks.
     limits = ToolLimits(timeout_s=options.tool_timeout_s, memory_mb=options.tool_memory_mb,
-                        max_processes=options.tool_max_processes)
+                        max_processes=options.tool_max_processes,
+                        max_disk_mb=options.tool_max_disk_mb)
     return base.TaskSource(
         env_factory=functools.partial(MathReactEnv, max_turns=options.max_turns,
                                       observation_chars=options.observation_chars,

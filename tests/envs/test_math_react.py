@@ -549,3 +549,17 @@ def test_rollout_engine_plays_math_react_and_closes_every_episode():
     assert all(t.num_turns == 2 and t.total_reward == 1.0 for t in trajectories)
     after = {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("math_react_")}
     assert after <= before
+
+
+def test_filling_the_disk_is_stopped_and_the_directory_emptied():
+    env = make_env(limits=math_react.ToolLimits(timeout_s=10, max_disk_mb=20))
+    env.reset(TASK)
+    env.step(action({"name": "bash", "arguments": {"command": "echo keep > small.txt"}}))
+    start = time.monotonic()
+    obs = env.step(action({"name": "bash", "arguments": {
+        "command": "for i in $(seq 1 100000); do head -c 8000000 /dev/zero > f$i; done"}}))
+    assert time.monotonic() - start < 8
+    assert "[disk] the working directory grew too large" in obs.observation
+    assert os.listdir(env._workspace.path) == []  # pylint: disable=protected-access
+    assert env.step(PRINT_42).observation.endswith("42\n[exit_code] 0")
+    env.close()

@@ -48,6 +48,7 @@ _TAIL_BYTES = 4096
 _MAX_RESULT_BYTES = 1 << 16
 _POLL_S = 0.05
 _EXIT_POLL_S = 0.002
+_CHECK_S = 0.2
 _KILL_ROUNDS = 50
 _SANDBOX_UIDS = (1 << 20, 1 << 30)  # [low, high): far from any real account
 _SHARED_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
@@ -368,17 +369,19 @@ def run_candidate(source: str, function_name: str, task_name: str, instances_spe
         shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def _watch(proc, capture, uid, timeout_s, wait_for_exit=False):
+def _watch(proc, capture, uid, timeout_s, wait_for_exit=False, check=None):
     """Watches `proc` until exit, timeout or overflow; kills everything and reaps it.
 
     Without `wait_for_exit` the watch also ends when the child closes all its pipes;
     with it, the child then still gets until the deadline to exit by itself (a shell
-    closes its output just before it exits, and its exit status matters).
+    closes its output just before it exits, and its exit status matters). `check`, when
+    given, is called every `_CHECK_S` seconds; the watch ends when it returns True.
 
     Returns:
       (returncode, timed_out, number of the uid's processes still alive at the end).
     """
     deadline = time.monotonic() + timeout_s
+    next_check = time.monotonic() + _CHECK_S
     timed_out = False
     try:
         while ((capture.open or wait_for_exit) and not capture.overflowed
@@ -387,6 +390,10 @@ def _watch(proc, capture, uid, timeout_s, wait_for_exit=False):
             if remaining <= 0:
                 timed_out = True
                 break
+            if check is not None and time.monotonic() >= next_check:
+                if check():
+                    break
+                next_check = time.monotonic() + _CHECK_S
             if capture.open:
                 capture.poll(min(remaining, _POLL_S))
             else:
@@ -452,6 +459,7 @@ def evaluate_many(sources: Sequence[str], function_name: str, task_name: str,
 
 _COMMAND_HEAD_BYTES = 1 << 14  # per stream, kept from the start and from the end
 _COMMAND_TAIL_BYTES = 1 << 14
+_MAX_WORKSPACE_ENTRIES = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,6 +473,8 @@ class CommandResult:
       exit_code: the shell's exit status, or -N when killed by signal N.
       timed_out: killed at the wall-clock limit.
       output_exceeded: killed for writing more than the output cap.
+      disk_exceeded: killed because the working directory outgrew its cap; everything
+        in it was deleted.
       error: why the sandbox could not run the command at all, else None.
       wall_s: wall-clock seconds from start to reaping.
     """
@@ -474,6 +484,7 @@ class CommandResult:
     exit_code: int
     timed_out: bool
     output_exceeded: bool
+    disk_exceeded: bool
     error: str | None
     wall_s: float
 
@@ -523,7 +534,7 @@ class Workspace:
     def run(self, command: str, *, timeout_s: float = 20.0, memory_mb: int = 1024,
             cpu_s: float | None = None, max_output_bytes: int = 1 << 20,
             max_file_mb: int = 16, max_processes: int = 32, max_open_files: int = 64,
-            shell: str = "/bin/bash") -> CommandResult:
+            max_disk_mb: int = 256, shell: str = "/bin/bash") -> CommandResult:
         """Runs ``shell -c command`` in the workspace.
 
         Args:
@@ -535,6 +546,9 @@ class Workspace:
           max_file_mb: largest file a process may write (RLIMIT_FSIZE).
           max_processes: RLIMIT_NPROC (per workspace when the caller is root).
           max_open_files: RLIMIT_NOFILE.
+          max_disk_mb: cap on the working directory's size, checked while the command
+            runs (every 0.2 s) and after it: beyond it the command is killed and the
+            directory emptied.
           shell: the shell that runs the command.
 
         Returns:
@@ -548,6 +562,8 @@ class Workspace:
         cpu_s = timeout_s if cpu_s is None else cpu_s
         _check_limits(timeout_s, cpu_s, memory_mb, max_output_bytes, max_file_mb,
                       max_processes, max_open_files)
+        if not max_disk_mb > 0:
+            raise ValueError(f"max_disk_mb must be positive, got {max_disk_mb!r}")
         nonce = secrets.token_hex(16)
         job = dict(command=command, shell=shell, uid=self.uid, nonce=nonce,
                    workdir=self.path,
@@ -557,13 +573,38 @@ class Workspace:
         job_path = os.path.join(self._root, f"job_{nonce}.json")
         _write_private(job_path, json.dumps(job).encode("utf-8"))
         try:
-            return self._supervise(job_path, nonce, timeout_s, max_output_bytes)
+            return self._supervise(job_path, nonce, timeout_s, max_output_bytes,
+                                   max_disk_mb << 20)
         finally:
             os.unlink(job_path)
             if self.uid is not None:
                 _remove_files_of(self.uid)
 
-    def _supervise(self, job_path, nonce, timeout_s, max_output_bytes):
+    def _disk_usage_exceeds(self, max_bytes):
+        """Whether the working directory holds more than `max_bytes` (or too many files)."""
+        total, entries = 0, 0
+        for root, dirs, files in os.walk(self.path):
+            for name in dirs + files:
+                entries += 1
+                try:
+                    total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                except OSError:
+                    continue
+            if total > max_bytes or entries > _MAX_WORKSPACE_ENTRIES:
+                return True
+        return False
+
+    def _empty(self):
+        for entry in os.scandir(self.path):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+
+    def _supervise(self, job_path, nonce, timeout_s, max_output_bytes, max_disk_bytes):
         result_read, result_write = os.pipe()
         env = _child_env(self.path)
         env["PATH"] = f"{self._bin}:{os.defpath}"
@@ -578,18 +619,28 @@ class Workspace:
         out, err = (_Stream(_COMMAND_HEAD_BYTES, _COMMAND_TAIL_BYTES) for _ in range(2))
         capture = _Capture({proc.stdout.fileno(): out, proc.stderr.fileno(): err},
                            result_read, max_output_bytes)
+        full = [False]
+
+        def disk_full():
+            full[0] = self._disk_usage_exceeds(max_disk_bytes)
+            return full[0]
+
         try:
             returncode, timed_out, _ = _watch(proc, capture, self.uid, timeout_s,
-                                                 wait_for_exit=True)
+                                              wait_for_exit=True, check=disk_full)
         finally:
             proc.stdout.close()
             proc.stderr.close()
             os.close(result_read)
+        if full[0] or self._disk_usage_exceeds(max_disk_bytes):
+            full[0] = True
+            self._empty()
         report = _parse_result(capture.result, nonce)
         error = None if report is None else f"sandbox setup failed: {report.get('error')}"
         return CommandResult(stdout=out.text(), stderr=err.text(), exit_code=returncode,
                              timed_out=timed_out, output_exceeded=capture.overflowed,
-                             error=error, wall_s=time.monotonic() - start)
+                             disk_exceeded=full[0], error=error,
+                             wall_s=time.monotonic() - start)
 
     def close(self) -> None:
         """Kills what is left of the uid's processes and removes every file (idempotent)."""
