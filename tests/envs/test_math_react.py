@@ -563,3 +563,16 @@ def test_filling_the_disk_is_stopped_and_the_directory_emptied():
     assert os.listdir(env._workspace.path) == []  # pylint: disable=protected-access
     assert env.step(PRINT_42).observation.endswith("42\n[exit_code] 0")
     env.close()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the shared temporary directories are watched by uid")
+def test_filling_dev_shm_is_stopped():
+    env = make_env(limits=math_react.ToolLimits(timeout_s=10, max_disk_mb=20))
+    env.reset(TASK)
+    start = time.monotonic()
+    obs = env.step(action({"name": "bash", "arguments": {"command": (
+        "d=$(mktemp -d -p /dev/shm); for i in $(seq 1 100000); do "
+        "head -c 8000000 /dev/zero > $d/f$i; done")}}))
+    assert time.monotonic() - start < 8
+    assert "[disk]" in obs.observation
+    env.close()

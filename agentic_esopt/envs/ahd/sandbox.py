@@ -546,9 +546,10 @@ class Workspace:
           max_file_mb: largest file a process may write (RLIMIT_FSIZE).
           max_processes: RLIMIT_NPROC (per workspace when the caller is root).
           max_open_files: RLIMIT_NOFILE.
-          max_disk_mb: cap on the working directory's size, checked while the command
-            runs (every 0.2 s) and after it: beyond it the command is killed and the
-            directory emptied.
+          max_disk_mb: cap on the size of the working directory plus what the uid
+            wrote in the shared temporary directories, checked while the command runs
+            (every 0.2 s) and after it: beyond it the command is killed and the
+            directory emptied (the temporary files go after every command anyway).
           shell: the shell that runs the command.
 
         Returns:
@@ -581,18 +582,32 @@ class Workspace:
                 _remove_files_of(self.uid)
 
     def _disk_usage_exceeds(self, max_bytes):
-        """Whether the working directory holds more than `max_bytes` (or too many files)."""
-        total, entries = 0, 0
-        for root, dirs, files in os.walk(self.path):
-            for name in dirs + files:
-                entries += 1
+        """Whether the working directory and what the uid made at the top of the shared
+        temporary directories hold more than `max_bytes` (or too many files)."""
+        tops = [self.path]
+        if self.uid is not None:
+            for directory in _SHARED_TEMP_DIRS:
                 try:
-                    total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                    tops += [e.path for e in os.scandir(directory)
+                             if e.stat(follow_symlinks=False).st_uid == self.uid]
                 except OSError:
                     continue
-            if total > max_bytes or entries > _MAX_WORKSPACE_ENTRIES:
-                return True
-        return False
+        total, entries = 0, 0
+        for top in tops:
+            try:
+                total += os.lstat(top).st_blocks * 512
+            except OSError:
+                continue
+            for root, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    entries += 1
+                    try:
+                        total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                    except OSError:
+                        continue
+                if total > max_bytes or entries > _MAX_WORKSPACE_ENTRIES:
+                    return True
+        return total > max_bytes
 
     def _empty(self):
         for entry in os.scandir(self.path):
