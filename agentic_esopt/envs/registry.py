@@ -21,6 +21,7 @@ from agentic_esopt.envs.base import Splits, split_problems
 _MODULES = {
     "sudoku": "agentic_esopt.envs.sudoku",
     "ahd": "agentic_esopt.envs.ahd.source",
+    "math_react": "agentic_esopt.envs.math_react",
 }
 
 

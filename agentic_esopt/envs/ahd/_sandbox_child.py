@@ -18,6 +18,11 @@ In order, it:
    ``{"nonce", "valid", "objective", "error"}`` to RESULT_FD, then ``os._exit(0)``.
 
 Any blocked action marks the run as failed even when the candidate catches the error.
+
+A job with a ``command`` (from `sandbox.Workspace.run`) takes steps 1, 2 and 4, moves into
+the working directory and replaces itself with ``SHELL -c COMMAND`` (no audit hook: the
+shell is not Python); the result descriptor is closed by the exec and written only when
+the setup or the exec fails.
 Threat model: this protects the host from buggy or hostile code; it does not claim that
 a candidate cannot tamper with its own score from inside the same interpreter (the
 per-run nonce only rules out naive forgeries).
@@ -264,11 +269,35 @@ def _run_job(job):
                                options, guard)
 
 
+def _exec_command(job, result_fd):
+    """Limits and isolates this process, then becomes ``SHELL -c COMMAND``."""
+    _isolate_network()
+    _apply_limits(job["limits"])
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # the shell's children get the default
+    os.umask(0o077)
+    if job["uid"] is not None:
+        _drop_privileges(job["uid"])
+    os.chdir(job["workdir"])
+    os.set_inheritable(result_fd, False)  # closed by a successful exec, kept by a failed one
+    shell = job["shell"]
+    os.execve(shell, [shell, "-c", job["command"]], dict(os.environ))
+
+
 def main(job_path, result_fd):
     """Runs the job in `job_path` and reports on `result_fd`; never returns."""
     with open(job_path, encoding="utf-8") as file:
         job = json.load(file)
     write, dumps = os.write, json.dumps  # bound before any candidate code runs
+    if "command" in job:
+        try:
+            _exec_command(job, result_fd)
+        except BaseException as exc:  # pylint: disable=broad-except
+            report = {"nonce": job["nonce"], "error": describe_exception(exc)}
+            try:
+                write(result_fd, (dumps(report) + "\n").encode())
+            except OSError:
+                pass
+            os._exit(126)
     try:
         objective, error = _run_job(job)
     except BaseException as exc:  # pylint: disable=broad-except

@@ -18,6 +18,10 @@ A candidate fails, with a reason, on: syntax errors, a missing function, excepti
 (including ``SystemExit`` and the task's ``InvalidHeuristicOutput``), a non-finite or
 non-numeric objective, any action the sandbox blocks, a timeout, exceeding the CPU,
 memory or output limits, or dying without a result.
+
+`Workspace` runs shell commands (an agent's tool calls) through the same child and the
+same supervision: a working directory that a series of commands share, stdout and
+stderr captured separately, and everything the uid left removed on `close`.
 """
 
 import concurrent.futures
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from agentic_esopt.envs.ahd import _sandbox_child
@@ -42,9 +47,11 @@ _READ_CHUNK = 1 << 16
 _TAIL_BYTES = 4096
 _MAX_RESULT_BYTES = 1 << 16
 _POLL_S = 0.05
+_EXIT_POLL_S = 0.002
+_CHECK_S = 0.2
 _KILL_ROUNDS = 50
 _SANDBOX_UIDS = (1 << 20, 1 << 30)  # [low, high): far from any real account
-_SHARED_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+_SHARED_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 _CHILD_ENV_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                       "NUMEXPR_NUM_THREADS")
 
@@ -124,19 +131,54 @@ def _child_env(workdir):
     return env
 
 
-class _Capture:
-    """Reads the child's output (keeping a tail) and result pipe, with byte caps."""
+class _Stream:
+    """One captured output stream: its first and last bytes and how many there were."""
 
-    def __init__(self, output_fd, result_fd, max_output_bytes):
+    def __init__(self, head_bytes, tail_bytes):
+        self.head = b""
         self.tail = b""
+        self.total = 0
+        self._head_bytes = head_bytes
+        self._tail_bytes = tail_bytes
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        room = self._head_bytes - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self._tail_bytes:
+            self.tail = (self.tail + chunk)[-self._tail_bytes:]
+
+    def text(self, marker="\n[... {} bytes omitted ...]\n"):
+        """Head and tail decoded, with ``marker`` (formatted with the gap) between them."""
+        gap = self.total - len(self.head) - len(self.tail)
+        middle = marker.format(gap).encode() if gap > 0 else b""
+        return (self.head + middle + self.tail).decode("utf-8", errors="replace")
+
+
+class _Capture:
+    """Reads the child's output streams (keeping head and tail) and result pipe, capped.
+
+    ``output_fds`` maps each output descriptor to its ``_Stream``; the byte cap counts
+    all of them together.
+    """
+
+    def __init__(self, output_fds, result_fd, max_output_bytes):
+        self.streams = dict(output_fds)
         self.output_bytes = 0
         self.result = b""
         self._max_output_bytes = max_output_bytes
         self._selector = selectors.DefaultSelector()
-        for fd in (output_fd, result_fd):
+        for fd in (*self.streams, result_fd):
             os.set_blocking(fd, False)
             self._selector.register(fd, selectors.EVENT_READ)
         self._result_fd = result_fd
+
+    @property
+    def tail(self):
+        """The last bytes of the first output stream."""
+        return next(iter(self.streams.values())).tail
 
     @property
     def overflowed(self):
@@ -171,7 +213,7 @@ class _Capture:
             self.result = (self.result + chunk)[:_MAX_RESULT_BYTES]
         else:
             self.output_bytes += len(chunk)
-            self.tail = (self.tail + chunk)[-_TAIL_BYTES:]
+            self.streams[fd].add(chunk)
         return True
 
 
@@ -198,9 +240,10 @@ def _user_pids(uid):
 
 
 def _kill_everything(pgid, uid):
-    """SIGKILLs the process group and, when known, every process of the sandbox uid."""
+    """SIGKILLs the process group (if any) and, when known, every process of the uid."""
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        if pgid is not None:
+            os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     for _ in range(_KILL_ROUNDS):  # later rounds catch processes forked meanwhile
@@ -326,6 +369,43 @@ def run_candidate(source: str, function_name: str, task_name: str, instances_spe
         shutil.rmtree(job_dir, ignore_errors=True)
 
 
+def _watch(proc, capture, uid, timeout_s, wait_for_exit=False, check=None):
+    """Watches `proc` until exit, timeout or overflow; kills everything and reaps it.
+
+    Without `wait_for_exit` the watch also ends when the child closes all its pipes;
+    with it, the child then still gets until the deadline to exit by itself (a shell
+    closes its output just before it exits, and its exit status matters). `check`, when
+    given, is called every `_CHECK_S` seconds; the watch ends when it returns True.
+
+    Returns:
+      (returncode, timed_out, number of the uid's processes still alive at the end).
+    """
+    deadline = time.monotonic() + timeout_s
+    next_check = time.monotonic() + _CHECK_S
+    timed_out = False
+    try:
+        while ((capture.open or wait_for_exit) and not capture.overflowed
+               and not _has_exited(proc.pid)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            if check is not None and time.monotonic() >= next_check:
+                if check():
+                    break
+                next_check = time.monotonic() + _CHECK_S
+            if capture.open:
+                capture.poll(min(remaining, _POLL_S))
+            else:
+                time.sleep(min(remaining, _EXIT_POLL_S))
+    finally:
+        strays = [] if uid is None else [p for p in _user_pids(uid) if p != proc.pid]
+        _kill_everything(proc.pid, uid)
+        capture.drain()
+        returncode = proc.wait()
+    return returncode, timed_out, len(strays)
+
+
 def _supervise(job_path, workdir, uid, nonce, timeout_s, max_output_bytes):
     """Starts the child, watches it until exit/timeout/overflow, kills and reaps."""
     result_read, result_write = os.pipe()
@@ -338,27 +418,17 @@ def _supervise(job_path, workdir, uid, nonce, timeout_s, max_output_bytes):
             start_new_session=True)
     finally:
         os.close(result_write)
-    capture = _Capture(proc.stdout.fileno(), result_read, max_output_bytes)
-    deadline = start + timeout_s
-    timed_out = False
+    capture = _Capture({proc.stdout.fileno(): _Stream(0, _TAIL_BYTES)}, result_read,
+                       max_output_bytes)
     try:
-        while capture.open and not capture.overflowed and not _has_exited(proc.pid):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            capture.poll(min(remaining, _POLL_S))
+        returncode, timed_out, num_strays = _watch(proc, capture, uid, timeout_s)
     finally:
-        strays = [] if uid is None else [p for p in _user_pids(uid) if p != proc.pid]
-        _kill_everything(proc.pid, uid)
-        capture.drain()
-        returncode = proc.wait()
         proc.stdout.close()
         os.close(result_read)
     wall_s = time.monotonic() - start
     report = _parse_result(capture.result, nonce)
     valid, objective, error = _verdict(report, returncode, capture, timed_out, timeout_s,
-                                       max_output_bytes, len(strays))
+                                       max_output_bytes, num_strays)
     tail = capture.tail.decode("utf-8", errors="replace")
     return Result(valid, objective, error, tail, wall_s)
 
@@ -383,3 +453,230 @@ def evaluate_many(sources: Sequence[str], function_name: str, task_name: str,
         futures = [pool.submit(run_candidate, source, function_name, task_name,
                                instances_spec, **options) for source in sources]
         return [future.result() for future in futures]
+
+
+# ----------------------------------------------------------------------------- shell commands
+
+_COMMAND_HEAD_BYTES = 1 << 14  # per stream, kept from the start and from the end
+_COMMAND_TAIL_BYTES = 1 << 14
+_MAX_WORKSPACE_ENTRIES = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandResult:
+    """Outcome of one shell command run by `Workspace.run`.
+
+    Attributes:
+      stdout: what the command wrote to stdout (its first and last 16 KiB when longer,
+        with a note of the bytes omitted in between).
+      stderr: the same for stderr.
+      exit_code: the shell's exit status, or -N when killed by signal N.
+      timed_out: killed at the wall-clock limit.
+      output_exceeded: killed for writing more than the output cap.
+      disk_exceeded: killed because the working directory outgrew its cap; everything
+        in it was deleted.
+      error: why the sandbox could not run the command at all, else None.
+      wall_s: wall-clock seconds from start to reaping.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool
+    output_exceeded: bool
+    disk_exceeded: bool
+    error: str | None
+    wall_s: float
+
+
+class Workspace:
+    """A working directory for sandboxed shell commands, shared by a series of them.
+
+    Every command runs as ``bash -c COMMAND`` in the workspace's directory, through the
+    same child as `run_candidate` (own process group, network namespace, resource limits,
+    and when the caller is root an unprivileged uid chosen for this workspace, so the
+    process limit binds per workspace). There is no audit hook: the shell is a real
+    program, so what keeps it in is the uid (it can write only in its directory and the
+    world-writable temporary directories, which are swept after every command), the
+    limits and the kills. After each command every process of the group and of the uid is
+    killed, background jobs included. Files in the directory persist between commands
+    until `close`.
+
+    Without root the command runs as the caller, which contains runaway processes, time,
+    memory and output, but not writes elsewhere or signals to the caller's processes;
+    and the process limit then counts all of the caller's processes.
+
+    ``python`` is on PATH as an alias of the system ``python3`` (as small models type it).
+    """
+
+    def __init__(self, prefix: str = "sandbox_ws_"):
+        low, high = _SANDBOX_UIDS
+        self.uid = low + secrets.randbelow(high - low) if os.geteuid() == 0 else None
+        self._root = tempfile.mkdtemp(prefix=prefix)
+        self.closed = False
+        try:
+            os.chmod(self._root, 0o711)  # the sandbox uid may enter, not list
+            self.path = os.path.join(self._root, "work")
+            os.mkdir(self.path, 0o700)
+            if self.uid is not None:
+                os.chown(self.path, self.uid, self.uid)
+            self._bin = os.path.join(self._root, "bin")
+            os.mkdir(self._bin, 0o755)
+            python3 = shutil.which("python3", path=os.defpath)
+            if python3 is not None:
+                os.symlink(python3, os.path.join(self._bin, "python"))
+        except BaseException:
+            shutil.rmtree(self._root, ignore_errors=True)
+            raise
+        # Removes everything even when close() is never called (garbage collection, exit).
+        self._finalizer = weakref.finalize(self, _close_workspace, self._root, self.uid)
+
+    def run(self, command: str, *, timeout_s: float = 20.0, memory_mb: int = 1024,
+            cpu_s: float | None = None, max_output_bytes: int = 1 << 20,
+            max_file_mb: int = 16, max_processes: int = 32, max_open_files: int = 64,
+            max_disk_mb: int = 256, shell: str = "/bin/bash") -> CommandResult:
+        """Runs ``shell -c command`` in the workspace.
+
+        Args:
+          command: the command line.
+          timeout_s: wall-clock limit; the group and the uid's processes are killed after.
+          memory_mb: address-space limit per process (RLIMIT_AS).
+          cpu_s: CPU-time limit per process (RLIMIT_CPU); defaults to `timeout_s`.
+          max_output_bytes: stdout+stderr cap; the command is killed beyond it.
+          max_file_mb: largest file a process may write (RLIMIT_FSIZE).
+          max_processes: RLIMIT_NPROC (per workspace when the caller is root).
+          max_open_files: RLIMIT_NOFILE.
+          max_disk_mb: cap on the size of the working directory plus what the uid
+            wrote in the shared temporary directories, checked while the command runs
+            (every 0.2 s) and after it: beyond it the command is killed and the
+            directory emptied (the temporary files go after every command anyway).
+          shell: the shell that runs the command.
+
+        Returns:
+          The `CommandResult`. Whatever the command does, this never raises; bad
+          arguments, a closed workspace or a command that is not a str do.
+        """
+        if self.closed:
+            raise RuntimeError("the workspace is closed")
+        if not isinstance(command, str):
+            raise TypeError(f"command must be a str, got {type(command).__name__}")
+        cpu_s = timeout_s if cpu_s is None else cpu_s
+        _check_limits(timeout_s, cpu_s, memory_mb, max_output_bytes, max_file_mb,
+                      max_processes, max_open_files)
+        if not max_disk_mb > 0:
+            raise ValueError(f"max_disk_mb must be positive, got {max_disk_mb!r}")
+        nonce = secrets.token_hex(16)
+        job = dict(command=command, shell=shell, uid=self.uid, nonce=nonce,
+                   workdir=self.path,
+                   limits=dict(cpu_s=cpu_s, memory_mb=memory_mb, max_file_mb=max_file_mb,
+                               max_processes=max_processes,
+                               max_open_files=max_open_files))
+        job_path = os.path.join(self._root, f"job_{nonce}.json")
+        _write_private(job_path, json.dumps(job).encode("utf-8"))
+        try:
+            return self._supervise(job_path, nonce, timeout_s, max_output_bytes,
+                                   max_disk_mb << 20)
+        finally:
+            os.unlink(job_path)
+            if self.uid is not None:
+                _remove_files_of(self.uid)
+
+    def _disk_usage_exceeds(self, max_bytes):
+        """Whether the working directory and what the uid made at the top of the shared
+        temporary directories hold more than `max_bytes` (or too many files)."""
+        tops = [self.path]
+        if self.uid is not None:
+            for directory in _SHARED_TEMP_DIRS:
+                try:
+                    tops += [e.path for e in os.scandir(directory)
+                             if e.stat(follow_symlinks=False).st_uid == self.uid]
+                except OSError:
+                    continue
+        total, entries = 0, 0
+        for top in tops:
+            try:
+                total += os.lstat(top).st_blocks * 512
+            except OSError:
+                continue
+            for root, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    entries += 1
+                    try:
+                        total += os.lstat(os.path.join(root, name)).st_blocks * 512
+                    except OSError:
+                        continue
+                if total > max_bytes or entries > _MAX_WORKSPACE_ENTRIES:
+                    return True
+        return total > max_bytes
+
+    def _empty(self):
+        for entry in os.scandir(self.path):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
+
+    def _supervise(self, job_path, nonce, timeout_s, max_output_bytes, max_disk_bytes):
+        result_read, result_write = os.pipe()
+        env = _child_env(self.path)
+        env["PATH"] = f"{self._bin}:{os.defpath}"
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, "-I", "-B", _CHILD_SCRIPT, job_path, str(result_write)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(result_write,), cwd=self.path, env=env, start_new_session=True)
+        finally:
+            os.close(result_write)
+        out, err = (_Stream(_COMMAND_HEAD_BYTES, _COMMAND_TAIL_BYTES) for _ in range(2))
+        capture = _Capture({proc.stdout.fileno(): out, proc.stderr.fileno(): err},
+                           result_read, max_output_bytes)
+        full = [False]
+
+        def disk_full():
+            full[0] = self._disk_usage_exceeds(max_disk_bytes)
+            return full[0]
+
+        try:
+            returncode, timed_out, _ = _watch(proc, capture, self.uid, timeout_s,
+                                              wait_for_exit=True, check=disk_full)
+        finally:
+            proc.stdout.close()
+            proc.stderr.close()
+            os.close(result_read)
+        if full[0] or self._disk_usage_exceeds(max_disk_bytes):
+            full[0] = True
+            self._empty()
+        report = _parse_result(capture.result, nonce)
+        error = None if report is None else f"sandbox setup failed: {report.get('error')}"
+        return CommandResult(stdout=out.text(), stderr=err.text(), exit_code=returncode,
+                             timed_out=timed_out, output_exceeded=capture.overflowed,
+                             disk_exceeded=full[0], error=error,
+                             wall_s=time.monotonic() - start)
+
+    def close(self) -> None:
+        """Kills what is left of the uid's processes and removes every file (idempotent)."""
+        self.closed = True
+        self._finalizer()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _close_workspace(root, uid):
+    if uid is not None:
+        _kill_everything(None, uid)
+        _remove_files_of(uid)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def run_command(command: str, **limits: Any) -> CommandResult:
+    """`Workspace.run` in a fresh workspace that is removed afterwards."""
+    with Workspace() as workspace:
+        return workspace.run(command, **limits)
