@@ -19,6 +19,9 @@ setup(
         "gguf>=0.16",
         "chex>=0.1.89",
         "absl-py>=2.1",
+        "ml-collections>=1.0",  # config files with dotted overrides (flax/big_vision style)
+        "jinja2>=3.1",  # transformers renders chat templates with it
+        "math-verify>=0.9",  # the math_react reward checker
         "numpy>=1.26",
         "tqdm>=4.66",
         "matplotlib>=3.8",

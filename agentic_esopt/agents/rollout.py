@@ -212,18 +212,6 @@ class Options:
         return problems
 
 
-SKILL_HEADER = "Additional skill instructions:"
-
-
-def with_skill(system_prompt: str | None, skill_path: str | None) -> str | None:
-    """``system_prompt`` followed by the skill file's text (unchanged without a skill)."""
-    if skill_path is None:
-        return system_prompt
-    with open(skill_path, encoding="utf-8") as f:
-        skill = f.read().strip()
-    return "\n\n".join(p for p in (system_prompt, f"{SKILL_HEADER}\n{skill}") if p)
-
-
 # generate(model, prompts, **sampling) -> models.GenerationOutput: ``models.generate`` or a
 # stand-in with its signature (tests inject scripted replies).
 Generate = Callable[..., Any]

@@ -282,6 +282,18 @@ def read_skill(path: str | Path) -> str:
     return skill_text(Path(path).read_text(encoding="utf-8"))
 
 
+SKILL_HEADER = "Additional skill instructions:"
+
+
+def with_skill(system_prompt: str | None, skill_path: str | Path | None) -> str | None:
+    """``system_prompt`` followed by the skill file's instructions (``rollout.skill``, in
+    training and evaluation); unchanged without a skill."""
+    if skill_path is None:
+        return system_prompt
+    skill = f"{SKILL_HEADER}\n{read_skill(skill_path)}"
+    return "\n\n".join(p for p in (system_prompt, skill) if p)
+
+
 # ----------------------------------------------------------------------------- LLMs
 
 

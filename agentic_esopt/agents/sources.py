@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import numpy as np
 
-from agentic_esopt.agents import eoh, rollout
+from agentic_esopt.agents import eoh, rollout, skills
 
 PyTree = Any
 
@@ -82,7 +82,7 @@ class EpisodeRewards:
 
     @property
     def system_prompt(self) -> str | None:
-        return rollout.with_skill(self.source.system_prompt, self.options.skill)
+        return skills.with_skill(self.source.system_prompt, self.options.skill)
 
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None):

@@ -160,8 +160,8 @@ class HistoryWriter:
 
 
 def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | None = None,
-                 strict: bool = True) -> strategy_lib.ESState:
-    """Re-applies every recorded generation to ``params``; returns the final ES state.
+                 strict: bool = True, generations: int | None = None) -> strategy_lib.ESState:
+    """Re-applies the recorded generations to ``params``; returns the final ES state.
 
     Args:
       params: the initial parameters of the run.
@@ -170,6 +170,10 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
         optax optimizer must pass it).
       strict: if False, a damaged history replays up to its last good generation (with a
         warning) instead of raising ``HistoryError``.
+      generations: replay only the first ``generations`` records (default: all).
+
+    Raises:
+      ValueError: if the history holds fewer than ``generations`` records.
     """
     try:
         header, records = read(path)
@@ -178,6 +182,10 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
             raise
         logging.warning("%s; replaying up to it", e)
         header, records = e.header, e.records
+    if generations is not None:
+        if generations > len(records):
+            raise ValueError(f"{path} holds {len(records)} generations, not {generations}")
+        records = records[:generations]
     strategy = strategy or strategy_lib.from_spec(header["strategy"])
     state = strategy.init(np.asarray(header["run_key"], np.uint32), params)
     for record in records:
@@ -190,6 +198,7 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
 
 
 def replay(params: PyTree, path: str, strategy: strategy_lib.Strategy | None = None,
-           strict: bool = True) -> PyTree:
-    """The final parameters of a recorded run, rebuilt bitwise without any rollout."""
-    return replay_state(params, path, strategy, strict).params
+           strict: bool = True, generations: int | None = None) -> PyTree:
+    """The parameters of a recorded run after ``generations`` generations (default: all),
+    rebuilt bitwise without any rollout."""
+    return replay_state(params, path, strategy, strict, generations).params

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from agentic_esopt.agents import prompts, rollout
+from agentic_esopt.agents import prompts, rollout, skills
 from agentic_esopt.envs import sudoku
 from agentic_esopt.envs.base import StepResult
 
@@ -192,13 +192,13 @@ def test_model_policy_templates_trims_and_routes_members():
                                   generate=fake_generate)
 
 
-def test_skill_is_appended_to_the_system_prompt(tmp_path):
+def test_skill_is_appended_to_the_system_prompt_without_its_provenance(tmp_path):
     skill = tmp_path / "skill.md"
-    skill.write_text("- Check the row first.\n")
-    assert rollout.with_skill("Play well.", str(skill)) == (
+    skill.write_text("- Check the row first.\n\n<!-- provenance\nL1: task 3\n-->\n")
+    assert skills.with_skill("Play well.", str(skill)) == (
         "Play well.\n\nAdditional skill instructions:\n- Check the row first.")
-    assert rollout.with_skill(None, str(skill)).startswith("Additional skill instructions:")
-    assert rollout.with_skill("Play well.", None) == "Play well."
+    assert skills.with_skill(None, str(skill)).startswith("Additional skill instructions:")
+    assert skills.with_skill("Play well.", None) == "Play well."
 
 
 class ClosingEnv:

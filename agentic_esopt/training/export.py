@@ -1,0 +1,98 @@
+"""A run's parameters as a Hugging Face checkpoint folder (``models.save_pretrained``).
+
+The parameters of any generation: the newest usable checkpoint by default; for an
+earlier generation the checkpoint of that step, or else a bitwise replay of the es
+history from the initial parameters. The folder also gets the run's sampling settings as
+``generation_config.json`` and a README naming the base model, the environment, the
+generations, the held-out result and the command that made it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from agentic_esopt import es, models
+from agentic_esopt.training import updates
+from agentic_esopt.training.checkpoint import Checkpointer, load_config
+from agentic_esopt.training.config import TrainConfig
+from agentic_esopt.training.files import RunFiles
+
+
+def run_params(files: RunFiles, config: TrainConfig, initial_params: Any,
+               generation: int | None = None) -> tuple[Any, int]:
+    """(parameters, generation) of a run after ``generation`` generations (default: the
+    newest checkpoint's).
+
+    Raises:
+      FileNotFoundError: the run holds that generation in no checkpoint and no history.
+    """
+    template = updates.make_rule(config).init(initial_params)
+    checkpointer = Checkpointer(files.checkpoints)
+    try:
+        steps = checkpointer.steps()
+        if generation is None:
+            restored = checkpointer.restore_latest(template)
+        elif generation in steps:
+            restored = checkpointer.restore(generation, template)
+        else:
+            restored = None
+    finally:
+        checkpointer.close()
+    if restored is not None:
+        return restored[0].params, int(restored[0].generation)
+    if generation == 0:
+        return initial_params, 0
+    recorded = (len(es.history.read(files.history)[1]) if os.path.isfile(files.history)
+                else 0)
+    wanted = recorded if generation is None else generation
+    if not 1 <= wanted <= recorded:
+        raise FileNotFoundError(
+            f"{files.workdir}: no parameters for generation "
+            f"{'(newest)' if generation is None else generation}: checkpoints hold "
+            f"{steps or 'none'}, the history holds {recorded} generations")
+    return es.history.replay(initial_params, files.history, generations=wanted), wanted
+
+
+def readme(config: TrainConfig, files: RunFiles, generation: int, command: str) -> str:
+    """The exported folder's README.md."""
+    lines = [f"# Fine-tuned with agentic_esopt ({config.update.name})", "",
+             f"- Base model: `{config.model.name}`",
+             f"- Environment: `{config.env_name}` {json.dumps(config.to_dict()['env'])}",
+             f"- Generations: {generation} of {config.run.generations}"]
+    if os.path.isfile(files.summary_markdown):
+        with open(files.summary_markdown, encoding="utf-8") as f:
+            lines += ["", "## Held-out result of the run", "", f.read().strip()]
+    lines += ["", "## Made by", "", f"```\n{command}\n```", "",
+              "Serve it with `vllm serve <this folder>`, or load it with "
+              "`transformers.AutoModelForCausalLM.from_pretrained(<this folder>)`."]
+    return "\n".join(lines) + "\n"
+
+
+def export_run(workdir: str, out_dir: str, *, generation: int | None = None,
+               dtype: str | None = None, command: str = "") -> str:
+    """Writes a run's parameters as a HF checkpoint folder (see the module docstring).
+
+    Args:
+      workdir: a folder made by ``training.train``.
+      out_dir: the folder to create (must not exist, or be empty).
+      generation: export the parameters after this many generations (default: newest).
+      dtype: "float32", "bfloat16" or "float16" (default: the run's).
+      command: the command line recorded in the README.
+
+    Returns:
+      ``out_dir``.
+    """
+    files = RunFiles(workdir)
+    config = load_config(files)
+    model = models.load(config.model.name, dtype=config.model.dtype)
+    params, generation = run_params(files, config, model.params, generation)
+    sampling = dict(temperature=config.eval.temperature, top_p=config.rollout.top_p,
+                    max_new_tokens=config.rollout.max_new_tokens)
+    if config.rollout.top_k:
+        sampling["top_k"] = config.rollout.top_k
+    models.save_pretrained(model, out_dir, params=params, dtype=dtype,
+                           generation_config=sampling,
+                           readme=readme(config, files, generation, command))
+    return out_dir

@@ -1,0 +1,43 @@
+r"""Exports a training run's parameters as a Hugging Face checkpoint folder.
+
+  python -m experiments.export --workdir=workdirs/cpu_default --out=exported/cpu_default
+  python -m experiments.export --workdir=RUN --out=DIR --step=5 --dtype=bfloat16
+
+The folder loads with ``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` and
+``AutoTokenizer.from_pretrained(DIR)``, and serves with ``vllm serve DIR``. It is written
+to a temporary folder and renamed at the end: a failed export leaves nothing behind.
+"""
+
+import shlex
+import sys
+from collections.abc import Sequence
+
+from absl import app, flags
+
+from agentic_esopt import models
+from agentic_esopt.training import export
+from experiments import launch
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir.", required=True)
+_OUT = flags.DEFINE_string("out", None, "Folder to write (must not exist).", required=True)
+_STEP = flags.DEFINE_integer("step", None, "Export the parameters after this many "
+                             "generations (default: the newest checkpoint).")
+_DTYPE = flags.DEFINE_enum("dtype", None, list(models.loading.DTYPES), "Weight dtype "
+                           "(default: the run's).")
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    command = "python -m experiments.export " + shlex.join(sys.argv[1:])
+    try:
+        out = export.export_run(_WORKDIR.value, _OUT.value, generation=_STEP.value,
+                                dtype=_DTYPE.value, command=command)
+    except (ValueError, OSError) as error:
+        raise app.UsageError(str(error)) from error
+    print(out)
+
+
+if __name__ == "__main__":
+    launch.quiet_startup()
+    app.run(main)
