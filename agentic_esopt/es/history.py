@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import zlib
 from typing import Any
 
@@ -57,6 +58,18 @@ def _decode(line: str) -> dict:
     if zlib.crc32(body.encode()) != wrapped["crc"]:
         raise ValueError("checksum mismatch")
     return record
+
+
+def read_intact(path: str) -> tuple[dict | None, list[dict], HistoryError | None]:
+    """(header, the intact generation records, the damage or None) of a history; a missing
+    file reads as no header, no records and no damage."""
+    if not os.path.exists(path):
+        return None, [], None
+    try:
+        header, records = read(path)
+    except HistoryError as error:
+        return error.header, error.records, error
+    return header, records, None
 
 
 def read(path: str) -> tuple[dict, list[dict]]:
@@ -111,29 +124,9 @@ class HistoryWriter:
         return writer
 
     @classmethod
-    def open(cls, path: str, keep_generations: int | None = None) -> "HistoryWriter":
-        """Reopens a history to continue a run.
-
-        Args:
-          path: the history file.
-          keep_generations: if given, records from this generation on are dropped (a
-            resumed run continues from a checkpoint taken at that generation). A damaged
-            tail is dropped too, with a warning.
-        """
-        try:
-            header, records = read(path)
-        except HistoryError as e:
-            if e.header is None:
-                raise
-            logging.warning("%s; continuing from there", e)
-            header, records = e.header, e.records
-        if keep_generations is not None:
-            if len(records) < keep_generations:
-                raise HistoryError(
-                    f"history {path} has {len(records)} generations, fewer than the "
-                    f"{keep_generations} the checkpoint needs", len(records) - 1, header,
-                    records)
-            records = records[:keep_generations]
+    def resume(cls, path: str, header: dict, records: list[dict]) -> "HistoryWriter":
+        """Rewrites the history as ``header`` and ``records`` (the intact ones a resumed run
+        keeps) and continues it."""
         writer = cls(path, header, records)
         writer._flush()
         return writer
@@ -186,6 +179,12 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
         if generations > len(records):
             raise ValueError(f"{path} holds {len(records)} generations, not {generations}")
         records = records[:generations]
+    return replay_records(params, header, records, strategy)
+
+
+def replay_records(params: PyTree, header: dict, records: list[dict],
+                   strategy: strategy_lib.Strategy | None = None) -> strategy_lib.ESState:
+    """The ES state after applying ``records`` (read from a history) to ``params``."""
     strategy = strategy or strategy_lib.from_spec(header["strategy"])
     state = strategy.init(np.asarray(header["run_key"], np.uint32), params)
     for record in records:

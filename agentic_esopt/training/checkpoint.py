@@ -14,7 +14,9 @@ an uninterrupted run ends.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import logging as std_logging
 import json
 import os
 import re
@@ -84,6 +86,27 @@ def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
                          + "\nrerun with the original settings or use a new workdir")
 
 
+class _DropOrbaxRecords(std_logging.Filter):
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        return "orbax" not in record.pathname
+
+
+@contextlib.contextmanager
+def _orbax_errors_silenced():
+    """Keeps orbax's own error records (and their tracebacks) out of the log while a
+    checkpoint that may be damaged is read: the caller reports the failure once."""
+    drop = _DropOrbaxRecords()
+    handlers = [h for logger in (std_logging.getLogger(), std_logging.getLogger("absl"))
+                for h in logger.handlers]
+    for handler in handlers:
+        handler.addFilter(drop)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(drop)
+
+
 def state_checksum(state: es.ESState) -> int:
     """CRC32 over every leaf's dtype, shape and bytes, in tree order."""
     crc = 0
@@ -104,7 +127,8 @@ class Checkpointer:
                                                enable_async_checkpointing=False,
                                                cleanup_tmp_directories=True)
         self.directory = os.path.abspath(directory)
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        with _orbax_errors_silenced():  # a damaged step's metadata is reported on restore
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def save(self, state: Any, source_state: dict | None = None) -> None:
         """Writes ``state`` (and the source's state) as step ``state.generation``."""
@@ -115,27 +139,30 @@ class Checkpointer:
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
         self._manager.wait_until_finished()
 
-    def restore_latest(self, template: Any, quarantine_dir: str | None = None
-                       ) -> tuple[Any, dict] | None:
-        """(state, source state) of the newest checkpoint that restores and passes its
-        checksum, else None.
+    def restore_latest(self, template: Any, quarantine_dir: str | None = None,
+                       max_step: int | None = None) -> tuple[Any, dict] | None:
+        """(state, source state) of the newest checkpoint at or before ``max_step`` that
+        restores and passes its checksum, else None.
 
         Args:
           template: a state with the run's structure, shapes, dtypes and shardings.
-          quarantine_dir: if given, corrupt steps are moved there (so the run can save
-            those steps again); otherwise they are left in place.
+          quarantine_dir: if given, corrupt steps (with a warning each) and steps after
+            ``max_step`` are moved there (so the run can save those steps again);
+            otherwise they are left.
+          max_step: the newest step the caller can use (e.g. the generations its history
+            holds); None for no limit.
         """
         for step in sorted(self._manager.all_steps(), reverse=True):
-            try:
-                restored = self.restore(step, template)
-            except Exception as error:  # pylint: disable=broad-except
-                logging.warning("checkpoint at step %d in %s is unusable (%s: %s); falling "
-                                "back to the previous one", step, self.directory,
-                                type(error).__name__, error)
-                if quarantine_dir is not None:
-                    self._quarantine(step, quarantine_dir)
-                continue
-            return restored
+            if max_step is None or step <= max_step:
+                try:
+                    with _orbax_errors_silenced():
+                        return self.restore(step, template)
+                except Exception as error:  # pylint: disable=broad-except
+                    logging.warning("checkpoint at step %d in %s is unusable (%s: %s); "
+                                    "falling back to the previous one", step, self.directory,
+                                    type(error).__name__, error)
+            if quarantine_dir is not None:
+                self._quarantine(step, quarantine_dir)
         return None
 
     def steps(self) -> list[int]:
@@ -166,8 +193,9 @@ class Checkpointer:
         os.makedirs(quarantine_dir, exist_ok=True)
         target = tempfile.mkdtemp(prefix=f"{step}-", dir=quarantine_dir)
         shutil.move(os.path.join(self.directory, str(step)), target)
-        logging.warning("moved the corrupt checkpoint of step %d to %s", step, target)
-        self._manager.reload()
+        logging.info("moved checkpoint step %d to %s", step, target)
+        with _orbax_errors_silenced():
+            self._manager.reload()
 
     def close(self) -> None:
         self._manager.close()
@@ -190,18 +218,9 @@ def restore_workdir_state(files: RunFiles, config: TrainConfig, params: Any) -> 
     return None if restored is None else restored[0]
 
 
-def trim_run_files(files: RunFiles, start: int, config: TrainConfig,
-                   rule: Any) -> es.history.HistoryWriter | None:
-    """Brings the workdir's files back to ``start`` completed generations.
-
-    From 0 the history, metrics, trajectories, TensorBoard events and reports start anew.
-    From k > 0 the history keeps generations < k (it must have them), and metrics and
-    trajectories of generations >= k (and evaluations after >= k generations) go.
-
-    Returns:
-      The history writer to append generation ``start`` onwards (None for rules that
-      keep no ES history).
-    """
+def trim_run_files(files: RunFiles, start: int) -> None:
+    """Brings metrics, trajectories, TensorBoard events and reports back to ``start``
+    completed generations (evaluations after ``start`` generations or more go)."""
     for report in (files.reward_curve, files.summary_json, files.summary_markdown):
         if os.path.exists(report):
             os.remove(report)
@@ -212,10 +231,67 @@ def trim_run_files(files: RunFiles, start: int, config: TrainConfig,
     metrics.trim_metrics(files.metrics, start)
     if start == 0:
         shutil.rmtree(files.tensorboard, ignore_errors=True)
+
+
+def _aside(steps: list[int]) -> str:
+    return f" (checkpoints {steps} set aside)" if steps else ""
+
+
+def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
+           checkpointer: Checkpointer, initial: Any) -> tuple[Any, Any]:
+    """The state to continue a run from, and its history writer (None without history).
+
+    The run continues from the newest state that the history and the checkpoints both
+    support: the newest usable checkpoint at or before the history's last intact
+    generation; else, for reward sources without state of their own, a replay of the
+    intact history from the initial parameters; else the start. Checkpoints newer than
+    that state and damaged ones are set aside in ``corrupt_checkpoints/``, the history is
+    cut back to it, and every other file is trimmed to it (``trim_run_files``). Each fault
+    gets one warning.
+
+    Args:
+      files: the workdir's files.
+      config: the run's config (written into a new history).
+      rule: the update rule (``updates.make_rule``).
+      source: the reward source; its state is restored from the checkpoint.
+      checkpointer: the run's checkpoints.
+      initial: the rule's initial state (also the restore template).
+    """
+    header, records, damage = (es.history.read_intact(files.history) if rule.writes_history
+                               else (None, [], None))
+    max_step = len(records) if rule.writes_history else None
+    newer = [step for step in checkpointer.steps() if max_step is not None and step > max_step]
+    if damage is not None:
+        logging.warning("%s; resuming at or before it%s", damage, _aside(newer))
+    elif newer and header is None:
+        logging.warning("the run history %s is missing; restarting%s", files.history,
+                        _aside(newer))
+    elif newer:
+        logging.warning("the run history %s holds %d generations, fewer than the newest "
+                        "checkpoint%s", files.history, len(records), _aside(newer))
+    candidates = len(checkpointer.steps()) - len(newer)  # each unusable one is warned of
+    restored = checkpointer.restore_latest(initial, quarantine_dir=files.corrupt_checkpoints,
+                                           max_step=max_step)
+    state = initial
+    if restored is not None:
+        state, source_state = restored
+        source.restore(source_state)
+    elif records and source.state() == {}:
+        (logging.info if candidates or damage or newer else logging.warning)(
+            "no usable checkpoint at or before generation %d; replaying the history",
+            len(records))
+        state = es.history.replay_records(initial.params, header, records, rule.strategy)
+    else:
+        source.restore(source.state())
+    if int(state.generation) < len(records):
+        logging.info("redoing generations %d to %d, which the history records after the "
+                     "newest usable checkpoint", int(state.generation), len(records) - 1)
+    start = int(state.generation)
+    trim_run_files(files, start)
     if not rule.writes_history:
-        return None
-    if start == 0:
-        return es.history.HistoryWriter.create(files.history, rule.strategy.spec,
-                                               es.strategy.raw_key(rule.run_key),
-                                               config=config.to_dict())
-    return es.history.HistoryWriter.open(files.history, keep_generations=start)
+        return state, None
+    if start == 0 or header is None:
+        return state, es.history.HistoryWriter.create(
+            files.history, rule.strategy.spec, es.strategy.raw_key(rule.run_key),
+            config=config.to_dict())
+    return state, es.history.HistoryWriter.resume(files.history, header, records[:start])

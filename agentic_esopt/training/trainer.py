@@ -25,8 +25,7 @@ from agentic_esopt import agents, envs, es, models
 from agentic_esopt.agents import eoh
 from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import report, updates
-from agentic_esopt.training.checkpoint import (Checkpointer, save_or_check_config,
-                                               trim_run_files)
+from agentic_esopt.training.checkpoint import Checkpointer, resume, save_or_check_config
 from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
 from agentic_esopt.training.metrics import MetricsLogger, read_metrics
@@ -109,17 +108,11 @@ def train(config: TrainConfig, workdir: str, *,
     with contextlib.ExitStack() as closing:
         checkpointer = closing.enter_context(contextlib.closing(
             Checkpointer(files.checkpoints)))
-        state = rule.init(model.params)
-        restored = checkpointer.restore_latest(state, quarantine_dir=files.corrupt_checkpoints)
-        if restored is None:
-            source.restore(source.state())
-        else:
-            state, source_state = restored
-            source.restore(source_state)
+        state, history = resume(files, config, rule, source, checkpointer,
+                                rule.init(model.params))
         start = int(state.generation)
         if start:
             logging.info("resuming %s after generation %d of %d", files.workdir, start, total)
-        history = trim_run_files(files, start, config, rule)
         logger = closing.enter_context(contextlib.closing(
             MetricsLogger(files.metrics, files.tensorboard, purge_step=start)))
 

@@ -62,9 +62,11 @@ def test_truncated_history_names_the_last_good_generation(tmp_path):
     partial = es.history.replay(PARAMS, path, strict=False)
     three = live_run(str(tmp_path / "three.jsonl"), generations=4)
     assert not np.array_equal(np.asarray(partial["w"]), np.asarray(three.params["w"]))
-    writer = es.history.HistoryWriter.open(path)
-    assert len(writer.records) == 3
-    es.history.read(path)  # Rewritten without the damaged tail.
+    header, records, damage = es.history.read_intact(path)
+    assert len(records) == 3 and damage.last_good_generation == 2
+    es.history.HistoryWriter.resume(path, header, records)
+    assert len(es.history.read(path)[1]) == 3  # Rewritten without the damaged tail.
+    assert es.history.read_intact(str(tmp_path / "missing.jsonl")) == (None, [], None)
 
 
 def test_corrupt_line_is_detected(tmp_path):

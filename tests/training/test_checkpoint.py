@@ -19,30 +19,32 @@ def stepped_state():
     return strategy, state
 
 
-def test_round_trip_is_bitwise_in_any_dtype_under_any_step(tmp_path):
+def test_round_trip_is_bitwise_in_any_dtype_with_the_source_state(tmp_path):
     strategy, state = stepped_state()
     checkpointer = Checkpointer(str(tmp_path), max_to_keep=2)
-    for step in (4, 9, 17):
-        checkpointer.save(state, step=step)
-    assert checkpointer.steps() == [9, 17]
+    checkpointer.save(state, {"call_count": 4, "population": [{"code": "x"}]})
+    assert checkpointer.steps() == [int(state.generation)] == [1]
     template = strategy.init(5, PARAMS)
-    restored = checkpointer.restore(17, template)
+    restored, source_state = checkpointer.restore(1, template)
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
         assert a.dtype == b.dtype and a.shape == b.shape
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
-    assert int(checkpointer.restore_latest(template).generation) == 1
+    assert source_state == {"call_count": 4, "population": [{"code": "x"}]}
     with pytest.raises(FileNotFoundError, match="no checkpoint of step 4"):
         checkpointer.restore(4, template)
-    checkpointer.discard_after(9)
-    assert checkpointer.steps() == [9]
-    checkpointer.save(state, step=12)  # A discarded step number can be saved again.
-    assert checkpointer.steps() == [9, 12]
     checkpointer.close()
 
 
-def test_default_step_is_the_generation(tmp_path):
-    _, state = stepped_state()
-    checkpointer = Checkpointer(str(tmp_path))
+def test_restore_latest_sets_aside_steps_after_max_step(tmp_path):
+    strategy, state = stepped_state()
+    checkpointer = Checkpointer(str(tmp_path / "checkpoints"))
     checkpointer.save(state)
-    assert checkpointer.steps() == [int(state.generation)] == [1]
+    later, _ = strategy.tell(state, strategy.ask(state), np.asarray([3.0, 1.0]))
+    checkpointer.save(later)
+    template = strategy.init(5, PARAMS)
+    assert int(checkpointer.restore_latest(template)[0].generation) == 2
+    restored, _ = checkpointer.restore_latest(template, str(tmp_path / "aside"), max_step=1)
+    assert int(restored.generation) == 1 and checkpointer.steps() == [1]
+    assert [p.name.split("-")[0] for p in (tmp_path / "aside").iterdir()] == ["2"]
+    assert checkpointer.restore_latest(template, max_step=0) is None
     checkpointer.close()
