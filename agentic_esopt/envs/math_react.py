@@ -556,9 +556,6 @@ class Options:
                                           "'command': the exact tool call for an easy "
                                           "problem (the format example otherwise).")
     max_turns: int = options_lib.field(50, "Turns per episode (every reply counts).")
-    max_new_tokens: int = options_lib.field(1024, "Per-turn token cap: a setting for the "
-                                                  "trainer's policy, which reads it; the "
-                                                  "environment itself does not count tokens.")
     observation_chars: int = options_lib.field(6000, "Longest observation; longer ones keep "
                                                      "their start and end.")
     tool_timeout_s: float = options_lib.field(20.0, "Wall-clock limit of one tool call; then "
@@ -581,8 +578,6 @@ class Options:
                                f"choose from {sorted(math_data.FAMILIES[self.difficulty])}")
         check(self.hint in HINTS, f"hint must be one of {HINTS}, got {self.hint!r}")
         check(self.max_turns >= 1, f"max_turns must be >= 1, got {self.max_turns}")
-        check(self.max_new_tokens >= 1,
-              f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         check(self.observation_chars >= 200,
               f"observation_chars must be >= 200, got {self.observation_chars}")
         check(self.tool_timeout_s > 0, f"tool_timeout_s must be > 0, got {self.tool_timeout_s}")

@@ -466,7 +466,6 @@ def test_bad_jsonl_names_the_line(tmp_path):
     (dict(data="/no/such.jsonl"), "is not a file"),
     (dict(heldout_fraction=0.5), "heldout_fraction"),
     (dict(tool_timeout_s=0.0), "tool_timeout_s"),
-    (dict(max_new_tokens=0), "max_new_tokens"),
 ])
 def test_option_problems_are_reported(options, message):
     with pytest.raises(ValueError) as error:

@@ -75,6 +75,26 @@ def test_paper_configs(module, mask_count, sigma):
     assert (config.es.sigma_start, config.es.sigma_end) == sigma
 
 
+CONFIG_FILES = sorted(name for name in os.listdir(os.path.join(REPO, "experiments", "configs"))
+                      if name.endswith(".py") and name not in ("__init__.py", "common.py",
+                                                               "sudoku_paper.py"))
+
+
+@pytest.mark.parametrize("name", CONFIG_FILES)
+def test_every_config_file_is_valid(name):
+    config = launch.train_config(parsed(config_file=f"experiments/configs/{name}"))
+    assert config.env_name in ("sudoku", "ahd", "math_react")
+
+
+def test_math_react_config_mirrors_the_reference():
+    config = launch.train_config(parsed(config_file="experiments/configs/math_react.py"))
+    assert (config.es.population_size, config.es.learning_rate, config.run.generations) == (
+        16, 5e-4, 25)
+    assert (config.es.sigma_start, config.es.sigma_end) == (1e-3, 5e-4)
+    assert (config.rollout.temperature, config.rollout.top_k,
+            config.rollout.tasks_per_generation) == (1.0, 40, 16)
+
+
 def test_ahd_config():
     config = config_of(ahd)
     assert config.env_name == "ahd" and config.env.search == "eoh"

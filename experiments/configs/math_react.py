@@ -1,0 +1,26 @@
+"""Math ReAct with a sandboxed code tool: the reference's setting (G=16, α=5e-4, σ cosine
+1e-3 → 5e-4, 25 generations of 16 problems, T=1, top-k 40).
+
+Pass the published problems and a model that can follow the protocol, e.g.
+
+  python -m experiments.train --config=experiments/configs/math_react.py \
+      --config.model.name=/path/to/Qwen3.5-4B \
+      --config.env.data=../shared/data/anchors/trace2skill/math_reasoning/dapo_evolve.jsonl \
+      --config.env.eval_data=../shared/data/anchors/trace2skill/math_reasoning/dapo_test.jsonl
+
+(the reference also uses a presence penalty of 2.0, which ``models.generate`` lacks).
+"""
+
+from experiments.configs import common
+
+
+def get_config():
+    return common.base_config(
+        "math_react",
+        env=dict(max_turns=50),
+        model=dict(name="smollm2-135m", dtype="float32"),
+        es=dict(population_size=16, noise="lowrank", rank=1, sigma_schedule="cosine",
+                sigma_start=1e-3, sigma_end=5e-4, learning_rate=5e-4),
+        rollout=dict(tasks_per_generation=16, max_new_tokens=1024, temperature=1.0, top_k=40),
+        eval=dict(size=32, temperature=1.0),
+        run=dict(generations=25, eval_every=5, checkpoint_every=1))
