@@ -9,12 +9,17 @@ task is its ``id``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from agentic_esopt import options as options_lib
+
+T = TypeVar("T")
 
 
 class Task(Protocol):
@@ -111,6 +116,32 @@ def split_problems(splits: Splits) -> list[str]:
                                             f"(never the training split), got "
                                             f"{splits.eval_split!r}")
     return problems
+
+
+def stable_int(text: str) -> int:
+    """A 64-bit integer hash of ``text`` that is the same in every process (task splits
+    and ids derive from it; Python's ``hash`` is salted per process)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def read_task_rows(path: str | Path, parse: Callable[[dict], T], what: str) -> list[T]:
+    """``parse(row)`` of every JSON object of a JSONL task file (blank lines skipped).
+
+    Raises:
+      ValueError: naming the file, the line and ``what`` a row should be, when a line is
+        not JSON or ``parse`` fails on it (ValueError, KeyError or TypeError).
+    """
+    parsed = []
+    with open(path, encoding="utf-8") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                parsed.append(parse(json.loads(line)))
+            except (ValueError, KeyError, TypeError) as error:
+                raise ValueError(f"{path}:{line_number}: not {what} "
+                                 f"({type(error).__name__}: {error})") from error
+    return parsed
 
 
 def generation_seed(seed: int, generation: int) -> int:

@@ -14,9 +14,8 @@ the id.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-import hashlib
-import json
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -24,6 +23,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+
+from agentic_esopt.envs import base
 
 SPLITS = ("train", "eval", "test")
 DIFFICULTIES = ("standard", "easy")
@@ -41,14 +42,9 @@ class MathTask:
     expression: str = ""
 
 
-def stable_int(text: str) -> int:
-    """A 64-bit integer hash of ``text`` that is the same in every process."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-
-
 def problem_split(key: str) -> str:
     """The split a problem belongs to, from its canonical key (family and parameters)."""
-    return SPLITS[stable_int(key) % len(SPLITS)]
+    return SPLITS[base.stable_int(key) % len(SPLITS)]
 
 
 # ----------------------------------------------------------------------------- families
@@ -188,7 +184,7 @@ def generate_problems(n: int, seed: int, split: str, difficulty: str = "standard
     if unknown:
         raise ValueError(f"unknown {difficulty} families {unknown}; choose from "
                          f"{sorted(FAMILIES[difficulty])}")
-    rng = np.random.default_rng([seed, stable_int(split), stable_int(difficulty)])
+    rng = np.random.default_rng([seed, base.stable_int(split), base.stable_int(difficulty)])
     tasks, seen = [], set()
     for attempt in range(100 * n + 1000):
         if len(tasks) == n:
@@ -200,7 +196,7 @@ def generate_problems(n: int, seed: int, split: str, difficulty: str = "standard
             continue
         seen.add(key)
         expression = question.removeprefix("What is ").removesuffix("?")
-        tasks.append(MathTask(id=f"{split}-{family}-{stable_int(key):016x}",
+        tasks.append(MathTask(id=f"{split}-{family}-{base.stable_int(key):016x}",
                               question=question, answer=answer, family=family,
                               expression=expression if difficulty == "easy" else ""))
     if len(tasks) < n:
@@ -229,24 +225,17 @@ def load_jsonl(path: str | Path, strip_instructions: bool = True) -> list[MathTa
     Raises:
       ValueError: naming the line of a malformed row or a repeated id.
     """
-    tasks, ids = [], set()
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                task_id, question, answer = (str(row[k]) for k in ("id", "question", "answer"))
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{line_number}: not an {{id, question, answer}} "
-                                 f"object ({type(error).__name__}: {error})") from error
-            if task_id in ids:
-                raise ValueError(f"{path}:{line_number}: repeated id {task_id!r}")
-            ids.add(task_id)
-            if strip_instructions:
-                question = strip_answer_instructions(question)
-            tasks.append(MathTask(id=task_id, question=question, answer=answer.strip(),
-                                  family=str(row.get("source", ""))))
+    def parse(row: dict) -> MathTask:
+        task_id, question, answer = (str(row[k]) for k in ("id", "question", "answer"))
+        if strip_instructions:
+            question = strip_answer_instructions(question)
+        return MathTask(id=task_id, question=question, answer=answer.strip(),
+                        family=str(row.get("source", "")))
+
+    tasks = base.read_task_rows(path, parse, "an {id, question, answer} object")
+    repeated = sorted(i for i, n in collections.Counter(t.id for t in tasks).items() if n > 1)
+    if repeated:
+        raise ValueError(f"{path}: repeated ids {repeated[:5]}")
     return tasks
 
 
@@ -258,7 +247,7 @@ def split_rows(tasks: Sequence[MathTask], heldout_fraction: float) -> dict[str, 
     """
     splits = {name: [] for name in SPLITS}
     for task in tasks:
-        u = stable_int(f"math_react/{task.id}") / 2.0 ** 64
+        u = base.stable_int(f"math_react/{task.id}") / 2.0 ** 64
         split = ("train" if u < 1 - 2 * heldout_fraction else
                  "eval" if u < 1 - heldout_fraction else "test")
         splits[split].append(task)

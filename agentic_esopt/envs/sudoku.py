@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
-import json
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -245,14 +243,10 @@ def random_full_grid(size: int, rng: np.random.Generator) -> Grid:
 # ----------------------------------------------------------------------------- generator
 
 
-def _stable_int(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-
-
 def grid_split(solution: Grid) -> str:
     """The split a solution grid belongs to: a hash partition, so splits never share a grid."""
     compact = "".join(str(v) for row in solution for v in row)
-    return SPLITS[_stable_int(compact) % len(SPLITS)]
+    return SPLITS[base.stable_int(compact) % len(SPLITS)]
 
 
 def _mask_uniquely(solution: Grid, mask_count: int, rng: np.random.Generator) -> Grid | None:
@@ -300,7 +294,7 @@ def generate_tasks(n: int, size: int, mask_count: int, seed: int, split: str,
     if not 1 <= mask_count <= size * size - MIN_GIVENS[size]:
         raise ValueError(f"mask_count must be in [1, {size * size - MIN_GIVENS[size]}] for "
                          f"a {size}×{size} board with a unique solution, got {mask_count}")
-    rng = np.random.default_rng([seed, _stable_int(split), size, mask_count])
+    rng = np.random.default_rng([seed, base.stable_int(split), size, mask_count])
     max_attempts = 50 * n + 100 if max_attempts is None else max_attempts
     tasks, seen = [], set()
     for _ in range(max_attempts):
@@ -332,23 +326,13 @@ def load_anchor_tasks(path: str | Path, mask_count: int | None = None) -> list[S
     Returns:
       The tasks in file order.
     """
-    tasks = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                task = SudokuTask(id=str(row["id"]), size=len(row["puzzle"]),
-                                  puzzle=_as_grid(row["puzzle"]),
-                                  solution=_as_grid(row["solution"]),
-                                  mask_count=int(row["mask_count"]))
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{line_number}: not a valid Sudoku task "
-                                 f"({type(error).__name__}: {error})") from error
-            if mask_count is None or task.mask_count == mask_count:
-                tasks.append(task)
-    return tasks
+    def parse(row: dict) -> SudokuTask:
+        return SudokuTask(id=str(row["id"]), size=len(row["puzzle"]),
+                          puzzle=_as_grid(row["puzzle"]), solution=_as_grid(row["solution"]),
+                          mask_count=int(row["mask_count"]))
+
+    tasks = base.read_task_rows(path, parse, "a valid Sudoku task")
+    return [t for t in tasks if mask_count is None or t.mask_count == mask_count]
 
 
 # ----------------------------------------------------------------------------- environment

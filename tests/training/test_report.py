@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from agentic_esopt.agents import Trajectory
-from agentic_esopt.training import evaluation, metrics, report
+from agentic_esopt.agents import Trajectory, sources
+from agentic_esopt.training import metrics, report
 
 
 def _eval(generation, mean, mean_se, success, success_se, wall=1.0):
@@ -27,11 +27,11 @@ RECORDS = [_eval(0, 0.2, 0.03, 0.1, 0.04), _train(0, 0.3), _train(1, 0.4),
 
 
 def test_mean_and_standard_error():
-    mean, se = evaluation.mean_and_standard_error([1.0, 2.0, 3.0, 4.0])
+    mean, se = sources.mean_and_standard_error([1.0, 2.0, 3.0, 4.0])
     assert mean == 2.5 and se == pytest.approx(np.std([1, 2, 3, 4], ddof=1) / 2)
-    assert evaluation.mean_and_standard_error([0.7]) == (0.7, 0.0)
+    assert sources.mean_and_standard_error([0.7]) == (0.7, 0.0)
     with pytest.raises(ValueError):
-        evaluation.mean_and_standard_error([])
+        sources.mean_and_standard_error([])
 
 
 def test_episode_statistics():
@@ -40,7 +40,7 @@ def test_episode_statistics():
                           rewards=[reward], total_reward=reward, num_turns=1, solved=solved,
                           info={})
 
-    stats = evaluation.episode_statistics([episode(1.0, True), episode(0.0, False)])
+    stats = sources.episode_statistics([episode(1.0, True), episode(0.0, False)])
     assert stats["num_episodes"] == 2 and stats["success_rate"] == 0.5
     assert stats["mean_reward"] == 0.5 and stats["success_rate_se"] == pytest.approx(0.5)
 
@@ -58,7 +58,7 @@ def test_summary_compares_first_and_last_evaluation_in_standard_errors():
 
 
 def _eval_of(generation, task_ids, rewards, solved):
-    statistics = evaluation.episode_statistics([
+    statistics = sources.episode_statistics([
         Trajectory(member=0, task_id=t, generation=generation, messages=[], actions=["a"],
                    rewards=[r], total_reward=r, num_turns=1, solved=s, info={})
         for t, r, s in zip(task_ids, rewards, solved)])

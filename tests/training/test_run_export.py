@@ -3,7 +3,6 @@ clear errors that leave nothing behind."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 

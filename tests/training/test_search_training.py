@@ -11,7 +11,7 @@ import pytest
 
 from agentic_esopt import es, fileio, models, training
 from agentic_esopt.agents import eoh, sources
-from agentic_esopt.training import checkpoint, metrics
+from agentic_esopt.training import metrics
 
 import toy_search_env
 

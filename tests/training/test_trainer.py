@@ -1,6 +1,5 @@
 """The trainer on the tiny model and the toy digits environment (rewards that vary)."""
 
-import dataclasses
 import json
 import os
 import shutil
