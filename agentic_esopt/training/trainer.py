@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 import time
 from typing import Any, NamedTuple
 
@@ -46,15 +47,14 @@ def make_reward_source(config: TrainConfig, files: RunFiles,
         return agents.sources.EpisodeRewards(source, config.rollout, config.eval.temperature,
                                              generate)
     members = config.es.population_size if config.update.name == "es" else 1
+    budget = sys.maxsize  # run.generations bounds the search: one batch per generation
     if config.env.search == "eoh":
-        search = eoh.EoHConfig(population_size=config.env.eoh_population,
-                               budget=config.run.generations * 10**6,
+        search = eoh.EoHConfig(population_size=config.env.eoh_population, budget=budget,
                                offspring_per_operator=config.es.population_size,
                                num_members=members, seed=config.run.seed)
     else:
         search = eoh.SampleConfig(
-            budget=config.run.generations * 10**6,
-            batch_size=config.es.population_size * config.env.samples_per_member,
+            budget=budget, batch_size=config.es.population_size * config.env.samples_per_member,
             num_members=members)
     return agents.sources.SearchRewards(source, search, config.rollout, generate,
                                         files.workdir, config.run.seed)
