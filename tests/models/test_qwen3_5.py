@@ -1,6 +1,7 @@
 """Qwen3.5 (hybrid Gated DeltaNet + gated attention): parity with transformers, ES noise."""
 
 import copy
+import dataclasses
 import json
 
 import jax
@@ -207,3 +208,20 @@ def test_save_pretrained_round_trips_through_transformers(reference, tmp_path):
     ids, mask = left_padded_batch()
     np.testing.assert_array_equal(torch_logits(exported, ids, mask),
                                   torch_logits(torch_model, ids, mask))
+
+
+def test_lowrank_population_generates_like_perturbed_members(reference):
+    model = reference[1]
+    strategy = es.agentic_esopt(population_size=2, sigma=0.05, learning_rate=1e-3,
+                                noise="lowrank", rank=1)
+    population = strategy.ask(strategy.init(jax.random.key(3), model.params))
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12]]
+    members = np.array([1, 0])
+    out = models.generate(model, prompts, max_new_tokens=8, population=population,
+                          members=members)
+    for row, member in enumerate(members):
+        member_model = dataclasses.replace(
+            model, params=es.noise.perturb(model.params, population, member))
+        expected = models.generate(member_model, prompts[row:row + 1], max_new_tokens=8)
+        assert out.token_ids[row] == expected.token_ids[0]
+    assert out.token_ids != models.generate(model, prompts, max_new_tokens=8).token_ids
