@@ -330,7 +330,8 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
       tokens: (B, T) new token ids, written to cache slots [write_index, write_index + T).
       positions: (B, T) rotary positions of the new tokens.
       kv_mask: (B, S) True for cache slots holding real tokens (including the new ones).
-      cache: the KV cache with S slots.
+      cache: the KV cache with S slots (a ``qwen3_5.HybridCache`` for hybrid configs,
+        which ``qwen3_5.forward`` runs).
       write_index: scalar slot of the first new token.
 
     Returns:
@@ -341,10 +342,7 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
 
         return qwen3_5.forward(config, params, deltas, tokens, positions, kv_mask, cache,
                                write_index)
-    T, S = tokens.shape[1], cache.k.shape[2]
-    query_slots = write_index + jnp.arange(T)
-    causal = jnp.arange(S)[None, :] <= query_slots[:, None]  # (T, S)
-    mask = causal[None] & kv_mask[:, None, :]
+    mask = causal_mask(kv_mask, write_index, tokens.shape[1])
     h = embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
     rope = rope_tables(config, positions, h.dtype)
 
@@ -358,6 +356,16 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
     h = rms_norm(h, params["final_norm"]["scale"], deltas["final_norm"]["scale"],
                  config.rms_norm_eps)
     return h, cache
+
+
+def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.Array:
+    """(B, T, S) attention mask of T = ``length`` new tokens written from ``write_index``.
+
+    A new token attends to the real slots (``kv_mask`` (B, S)) at or before its own.
+    """
+    query_slots = write_index + jnp.arange(length)
+    causal = jnp.arange(kv_mask.shape[1])[None, :] <= query_slots[:, None]  # (T, S)
+    return causal[None] & kv_mask[:, None, :]
 
 
 def lm_head(config: ModelConfig, params: PyTree, deltas: PyTree, h: jax.Array) -> jax.Array:

@@ -271,10 +271,8 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
             write_index: jax.Array) -> tuple[jax.Array, HybridCache]:
     """``decoder.forward`` for hybrid models (same arguments, a ``HybridCache``)."""
     c = config
-    T, S = tokens.shape[1], cache.kv.k.shape[2]
-    query_slots = write_index + jnp.arange(T)
-    mask = (jnp.arange(S)[None, :] <= query_slots[:, None])[None] & kv_mask[:, None, :]
-    real = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, T, axis=1)
+    mask = decoder.causal_mask(kv_mask, write_index, tokens.shape[1])
+    real = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, tokens.shape[1], axis=1)
     h = decoder.embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
     rope = decoder.rope_tables(c, positions, h.dtype)
     pattern = layer_pattern(c)
@@ -284,11 +282,9 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
     def body(carry, xs):
         h, cache = carry
         layers, layer_deltas, group = xs
-        counts = {"full_attention": 0, "linear_attention": 0}
         for i, kind in enumerate(pattern):
-            j = counts[kind]
-            counts[kind] += 1
-            index = group * per_group[kind] + j  # Slot in this kind's stacks.
+            j = pattern[:i].count(kind)  # Place among this group's layers of its kind.
+            index = group * per_group[kind] + j  # Slot in the whole stack of its kind.
             p, d = _slot(layers["shared"], i), _slot(layer_deltas["shared"], i)
             x = zero_centred_rms_norm(h, p["input_norm"]["scale"], d["input_norm"]["scale"],
                                       c.rms_norm_eps)
