@@ -225,3 +225,23 @@ def test_lowrank_population_generates_like_perturbed_members(reference):
         expected = models.generate(member_model, prompts[row:row + 1], max_new_tokens=8)
         assert out.token_ids[row] == expected.token_ids[0]
     assert out.token_ids != models.generate(model, prompts, max_new_tokens=8).token_ids
+
+
+def test_padding_does_not_reach_the_state(reference):
+    model = reference[1]
+    ids, mask = left_padded_batch()
+    other = np.where(mask.astype(bool), ids, (ids * 7 + 1) % 259)  # Different pad tokens.
+    real = mask.astype(bool)
+    first = np.asarray(models.logits(model.config, model.params, ids, mask))
+    second = np.asarray(models.logits(model.config, model.params, other, mask))
+    np.testing.assert_array_equal(first[real], second[real])
+
+
+def test_loader_rejects_a_mixer_on_the_wrong_layer(hf_checkpoint):
+    _, path = hf_checkpoint("qwen3_5", seed=5, num_hidden_layers=4, **{
+        k: v for k, v in QWEN3_5.items() if k != "num_hidden_layers"})
+    tensors = safetensors.numpy.load_file(path / "model.safetensors")
+    tensors["model.layers.3.linear_attn.A_log"] = tensors["model.layers.0.linear_attn.A_log"]
+    safetensors.numpy.save_file(tensors, path / "model.safetensors")
+    with pytest.raises(ValueError, match=r"layers\.3\.linear_attn\.A_log.*not a linear_attn"):
+        models.load(path)
