@@ -57,6 +57,11 @@ class LinearAttentionConfig:
     value_head_dim: int
     conv_kernel: int = 4
 
+    def __post_init__(self):
+        if self.num_value_heads % self.num_key_heads:
+            raise ValueError(f"linear num_value_heads={self.num_value_heads} is not a multiple "
+                             f"of num_key_heads={self.num_key_heads}.")
+
     @property
     def conv_dim(self) -> int:
         """Channels of the convolved q, k, v projection."""
