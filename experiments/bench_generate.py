@@ -9,11 +9,16 @@ this machine's float32 matmul GFLOP/s measured in the same run (FLOPs = 2 x matm
 x tokens + causal attention), the compiled decode loop's memory, and transformers+torch
 generate on the same weights and lengths. Then population mode: G members x k rows with
 low-rank noise in one batch versus plain inference of the same rows, and versus
-sequential full-rank members (perturb, then generate each member's rows).
+sequential full-rank members (perturb, then generate each member's rows). Last, a Qwen3.5
+row (``qwen3_5``): a random hybrid model of a small Qwen3.5 shape (``QWEN3_5_SHAPE``), built
+with transformers and loaded from a temporary folder, timed at --qwen3_5_batch rows against
+transformers' torch fallback kernels (chunked gated delta rule, causal conv) on the same
+weights.
 """
 
 import json
 import os
+import tempfile
 import time
 
 from absl import app, flags
@@ -37,6 +42,14 @@ _SEQUENTIAL_MEMBERS = flags.DEFINE_integer(
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed runs per figure; the fastest counts.")
 _TORCH = flags.DEFINE_bool("torch", True, "Also time transformers+torch generate.")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON result.")
+_QWEN3_5 = flags.DEFINE_bool("qwen3_5", True, "Also time a random small Qwen3.5 model.")
+_QWEN3_5_BATCH = flags.DEFINE_integer("qwen3_5_batch", 8, "Rows of the Qwen3.5 row.")
+
+# A scaled-down Qwen3.5 (the layer pattern, head layout and ratios of the 4B model).
+QWEN3_5_SHAPE = dict(vocab_size=8192, hidden_size=512, intermediate_size=1536,
+                     num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=2,
+                     head_dim=64, linear_num_key_heads=4, linear_num_value_heads=8,
+                     linear_key_head_dim=64, linear_value_head_dim=64, pad_token_id=0)
 
 GREEDY = sampling.SamplingMode(greedy=True, top_k=None, top_p=False)
 
@@ -256,6 +269,34 @@ def population_benchmark(model: models.Model, prompt_len: int, new_tokens: int,
                                                / sequential_tokens_per_s))
 
 
+def qwen3_5_benchmark(prompt_len: int, new_tokens: int, batch: int, dtype: str) -> dict:
+    """Greedy prefill/decode tokens/s of a random small Qwen3.5, ours vs transformers."""
+    import torch  # pylint: disable=import-outside-toplevel
+    import transformers  # pylint: disable=import-outside-toplevel
+
+    torch.manual_seed(0)
+    module = transformers.Qwen3_5ForCausalLM(
+        transformers.Qwen3_5TextConfig(**QWEN3_5_SHAPE)).eval()
+    with tempfile.TemporaryDirectory() as path:
+        module.save_pretrained(path)
+        model = models.load(path, dtype)
+    tokens = random_prompts(model.config, batch, prompt_len)
+    ours = time_jax(model.config, model.params, decoder.no_deltas(model.params), tokens,
+                    new_tokens)
+    reference = time_torch(module.to(getattr(torch, dtype)), tokens, new_tokens)
+    return dict(
+        shape=QWEN3_5_SHAPE, batch=batch, compile_s=ours["compile_s"],
+        prefill_tokens_per_s=ours["prefill_tokens_per_s"],
+        decode_tokens_per_s=ours["decode_tokens_per_s"],
+        torch_prefill_tokens_per_s=reference["prefill_tokens_per_s"],
+        torch_decode_tokens_per_s=reference["decode_tokens_per_s"],
+        prefill_speedup_vs_torch=(ours["prefill_tokens_per_s"]
+                                  / reference["prefill_tokens_per_s"]),
+        decode_speedup_vs_torch=ours["decode_tokens_per_s"] / reference["decode_tokens_per_s"],
+        greedy_tokens_match_torch=float(np.mean(ours["tokens"][:, :new_tokens]
+                                                == reference["tokens"])))
+
+
 def main(argv):
     del argv
     model = models.load(_MODEL.value, _DTYPE.value)
@@ -295,6 +336,9 @@ def main(argv):
         plain[rows] = time_jax(config, model.params, decoder.no_deltas(model.params),
                                random_prompts(config, rows, prompt_len), new_tokens)
     result["population"] = population_benchmark(model, prompt_len, new_tokens, plain[rows])
+    if _QWEN3_5.value:
+        result["qwen3_5"] = qwen3_5_benchmark(prompt_len, new_tokens, _QWEN3_5_BATCH.value,
+                                              _DTYPE.value)
     print(json.dumps(result, indent=None if _JSON.value else 2))
 
 

@@ -8,10 +8,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_5")
+LAYER_TYPES = ("full_attention", "linear_attention")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                    "qwen3": "Qwen3ForCausalLM"}
+                    "qwen3": "Qwen3ForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +27,7 @@ class RopeConfig:
         low_freq_factor: Llama-3 low-frequency factor.
         high_freq_factor: Llama-3 high-frequency factor.
         original_max_position_embeddings: Llama-3 original context length.
+        partial_rotary_factor: fraction of each head's dims that is rotated (Qwen3.5).
     """
 
     theta: float = 10000.0
@@ -34,6 +36,40 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    partial_rotary_factor: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearAttentionConfig:
+    """Gated DeltaNet (Qwen3.5 linear-attention layer) sizes.
+
+    Attributes:
+        num_key_heads: query/key heads (each serves num_value_heads / num_key_heads values).
+        num_value_heads: value heads (heads of the recurrent state).
+        key_head_dim: per-head query/key width.
+        value_head_dim: per-head value width.
+        conv_kernel: taps of the depthwise causal convolution over q, k and v.
+    """
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+
+    def __post_init__(self):
+        if self.num_value_heads % self.num_key_heads:
+            raise ValueError(f"linear num_value_heads={self.num_value_heads} is not a multiple "
+                             f"of num_key_heads={self.num_key_heads}.")
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the convolved q, k, v projection."""
+        return 2 * self.num_key_heads * self.key_head_dim + self.value_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +77,7 @@ class ModelConfig:
     """Static description of a decoder-only transformer (hashable, jit-static).
 
     Attributes:
-        model_type: "llama", "qwen2" or "qwen3".
+        model_type: "llama", "qwen2", "qwen3" or "qwen3_5".
         vocab_size: rows of the embedding table.
         hidden_size: residual width d.
         intermediate_size: MLP width.
@@ -60,6 +96,9 @@ class ModelConfig:
         eos_token_ids: token ids that end generation.
         bos_token_id: beginning-of-sequence id, if any.
         pad_token_id: padding id, if any.
+        layer_types: per layer, "full_attention" or "linear_attention" (empty: all full).
+        linear_attention: Gated DeltaNet sizes (models with linear-attention layers).
+        attn_output_gate: q_proj also emits a per-head gate; attention output × σ(gate).
     """
 
     model_type: str
@@ -81,14 +120,47 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     bos_token_id: int | None = None
     pad_token_id: int | None = None
+    layer_types: tuple[str, ...] = ()
+    linear_attention: LinearAttentionConfig | None = None
+    attn_output_gate: bool = False
 
     def __post_init__(self):
         _check_model_type(self.model_type)
+        if self.layer_types and (len(self.layer_types) != self.num_layers
+                                 or not set(self.layer_types) <= set(LAYER_TYPES)):
+            raise ValueError(f"layer_types must be {self.num_layers} entries of {LAYER_TYPES}, "
+                             f"got {self.layer_types}.")
+        if "linear_attention" in self.kinds and self.linear_attention is None:
+            raise ValueError("Linear-attention layers need a linear_attention config.")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} is not a multiple of "
                              f"num_kv_heads={self.num_kv_heads}.")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings.")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Each layer's type ("full_attention" or "linear_attention")."""
+        return self.layer_types or ("full_attention",) * self.num_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layers are linear attention (the Qwen3.5 decoder runs them)."""
+        return "linear_attention" in self.kinds
+
+    @property
+    def rotary_dim(self) -> int:
+        """Leading dims of each head that RoPE rotates (the rest pass through)."""
+        return int(self.head_dim * self.rope.partial_rotary_factor)
+
+    def stacked_layers(self, block: str) -> tuple[int, ...]:
+        """Layer indices of the stacked slots of the ``layers/<block>`` leaves.
+
+        Attention leaves stack the full-attention layers, linear-attention leaves the
+        linear ones, and norms and MLPs every layer.
+        """
+        kind = {"attn": "full_attention", "linear_attn": "linear_attention"}.get(block)
+        return tuple(i for i, k in enumerate(self.kinds) if kind in (None, k))
 
     @classmethod
     def from_hf(cls, config: Mapping[str, Any] | str | os.PathLike) -> ModelConfig:
@@ -110,10 +182,24 @@ def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def from_hf_dict(hf: Mapping[str, Any]) -> ModelConfig:
-    """Translates a HF config dict (transformers 4 or 5 layout) into a `ModelConfig`."""
+    """Translates a HF config dict (transformers 4 or 5 layout) into a `ModelConfig`.
+
+    A multimodal Qwen3.5 config contributes its ``text_config`` (the vision tower is not
+    used); fields the text config leaves unset (special token ids) come from the outer
+    config, whose ``tie_word_embeddings`` decides the head (as in transformers).
+    """
+    if hf.get("model_type") == "qwen3_5" and "text_config" in hf:
+        outer = {k: v for k, v in hf.items() if k != "text_config"}
+        hf = {**outer, **{k: v for k, v in hf["text_config"].items() if v is not None}}
+        if "tie_word_embeddings" in outer:
+            hf["tie_word_embeddings"] = outer["tie_word_embeddings"]
+    if hf.get("model_type") == "qwen3_5_text":
+        hf = {**hf, "model_type": "qwen3_5"}
     model_type = hf.get("model_type")
     _check_model_type(model_type)
     _check_unsupported_features(hf)
+    if model_type == "qwen3_5":
+        return _qwen3_5_from_hf(hf)
     num_heads = _required(hf, "num_attention_heads")
     hidden_size = _required(hf, "hidden_size")
     default_head_dim = 128 if model_type == "qwen3" else hidden_size // num_heads
@@ -141,6 +227,50 @@ def from_hf_dict(hf: Mapping[str, Any]) -> ModelConfig:
     )
 
 
+def _qwen3_5_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
+    """Qwen3.5 text config: hybrid layers, gated attention, partial RoPE.
+
+    Text-only positions make the multimodal RoPE (``mrope_section``) plain RoPE on the
+    rotated dims, so the sections are not read.
+    """
+    num_layers = _required(hf, "num_hidden_layers")
+    interval = int(hf.get("full_attention_interval", 4))
+    layer_types = tuple(hf.get("layer_types") or (
+        "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+        for i in range(num_layers)))
+    # transformers' default partial_rotary_factor for Qwen3.5 is 0.25.
+    rope_hf = {**hf, "partial_rotary_factor": hf.get("partial_rotary_factor", 0.25)}
+    attention_bias = bool(hf.get("attention_bias", False))
+    return ModelConfig(
+        model_type="qwen3_5",
+        vocab_size=_required(hf, "vocab_size"),
+        hidden_size=_required(hf, "hidden_size"),
+        intermediate_size=_required(hf, "intermediate_size"),
+        num_layers=num_layers,
+        num_heads=_required(hf, "num_attention_heads"),
+        num_kv_heads=_required(hf, "num_key_value_heads"),
+        head_dim=int(hf.get("head_dim") or 256),
+        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        rope=rope_from_hf(rope_hf),
+        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        qkv_bias=attention_bias,
+        o_bias=attention_bias,
+        qk_norm=True,
+        max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
+        eos_token_ids=_as_id_tuple(hf.get("eos_token_id")),
+        bos_token_id=_first_id(hf.get("bos_token_id")),
+        pad_token_id=_first_id(hf.get("pad_token_id")),
+        layer_types=layer_types,
+        linear_attention=LinearAttentionConfig(
+            num_key_heads=int(hf.get("linear_num_key_heads", 16)),
+            num_value_heads=int(hf.get("linear_num_value_heads", 32)),
+            key_head_dim=int(hf.get("linear_key_head_dim", 128)),
+            value_head_dim=int(hf.get("linear_value_head_dim", 128)),
+            conv_kernel=int(hf.get("linear_conv_kernel_dim", 4))),
+        attn_output_gate=bool(hf.get("attn_output_gate", True)),
+    )
+
+
 def rope_from_hf(hf: Mapping[str, Any]) -> RopeConfig:
     """RoPE settings from `rope_parameters` (transformers 5) or `rope_theta`/`rope_scaling`."""
     params = dict(hf.get("rope_scaling") or {})
@@ -148,11 +278,12 @@ def rope_from_hf(hf: Mapping[str, Any]) -> RopeConfig:
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"Unsupported rope_type {kind!r}; supported: {SUPPORTED_ROPE_TYPES}.")
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ValueError("partial_rotary_factor != 1 is not supported.")
+    partial = float(params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
+    if partial != 1.0 and hf.get("model_type") != "qwen3_5":
+        raise ValueError("partial_rotary_factor != 1 is only supported for qwen3_5.")
     theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
     if kind == "default":
-        return RopeConfig(theta=float(theta))
+        return RopeConfig(theta=float(theta), partial_rotary_factor=partial)
     if "factor" not in params:
         raise ValueError(f"rope_type {kind!r} needs a 'factor' entry.")
     if kind == "linear":
@@ -205,6 +336,14 @@ def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
     }
     if c.rope.kind != "default":
         hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    if c.model_type == "qwen3_5":  # Qwen3_5ForCausalLM's text config.
+        la = c.linear_attention
+        del hf["mlp_bias"]
+        hf.update(model_type="qwen3_5_text", layer_types=list(c.kinds),
+                  linear_num_key_heads=la.num_key_heads,
+                  linear_num_value_heads=la.num_value_heads,
+                  linear_key_head_dim=la.key_head_dim, linear_value_head_dim=la.value_head_dim,
+                  linear_conv_kernel_dim=la.conv_kernel)
     return hf
 
 
@@ -219,6 +358,8 @@ def special_token_ids_to_hf(config: ModelConfig) -> dict[str, Any]:
 def rope_to_hf(rope: RopeConfig) -> dict[str, Any]:
     """`rope_parameters` (transformers 5) of RoPE settings, the inverse of `rope_from_hf`."""
     params = {"rope_type": rope.kind, "rope_theta": rope.theta}
+    if rope.partial_rotary_factor != 1.0:
+        params["partial_rotary_factor"] = rope.partial_rotary_factor
     if rope.kind in ("linear", "llama3"):
         params["factor"] = rope.factor
     if rope.kind == "llama3":
@@ -230,9 +371,13 @@ def rope_to_hf(rope: RopeConfig) -> dict[str, Any]:
 
 def _check_hf_expressible(c: ModelConfig) -> None:
     """Raises unless the HF class of `c.model_type` has exactly `c`'s biases and norms."""
-    qwen2 = c.model_type == "qwen2"
+    qwen2, qwen3_5 = c.model_type == "qwen2", c.model_type == "qwen3_5"
     problems = [
-        (c.qk_norm != (c.model_type == "qwen3"), "q/k norms exist exactly in qwen3"),
+        (c.qk_norm != (c.model_type in ("qwen3", "qwen3_5")),
+         "q/k norms exist exactly in qwen3 and qwen3_5"),
+        (c.attn_output_gate != qwen3_5, "attention output gates exist exactly in qwen3_5"),
+        (c.is_hybrid and not qwen3_5, "only qwen3_5 has linear-attention layers"),
+        (qwen3_5 and c.rope.kind != "default", "qwen3_5 has plain (default) RoPE"),
         (qwen2 and (not c.qkv_bias or c.o_bias), "qwen2 has q/k/v biases and no o bias"),
         (not qwen2 and c.qkv_bias != c.o_bias,
          f"{c.model_type} has q/k/v/o biases all or none (attention_bias)"),

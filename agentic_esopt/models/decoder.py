@@ -6,8 +6,12 @@ Parameters are a plain nested dict (names follow ``es``' scope conventions):
     final_norm/scale (d,)
     layers/input_norm/scale (L, d)         layers/post_attn_norm/scale (L, d)
     layers/attn/{q,k,v,o}_proj/kernel (L, in, out)   [+ bias (L, out)]
-    layers/attn/{q,k}_norm/scale (L, head_dim)        (Qwen3 only)
+    layers/attn/{q,k}_norm/scale (L, head_dim)        (Qwen3, Qwen3.5)
     layers/mlp/{gate,up,down}_proj/kernel (L, in, out)
+
+Qwen3.5 (``config.is_hybrid``, run by ``qwen3_5``) stacks ``layers/attn`` over its
+full-attention layers only and adds ``layers/linear_attn`` over its Gated DeltaNet layers
+(see ``qwen3_5``); ``config.stacked_layers`` names the layers of each stack.
 
 Population perturbations arrive as *row deltas*: a tree with the params' structure whose
 leaves are None (unperturbed), ``es.noise.LowRank`` factors gathered per batch row
@@ -48,7 +52,9 @@ def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
     """Flat map from parameter path to shape for a config."""
     c = config
     L, d = c.num_layers, c.hidden_size
+    L_attn = len(c.stacked_layers("attn"))
     q_out, kv_out = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    q_width = 2 * q_out if c.attn_output_gate else q_out  # Query and gate per head.
     shapes = {
         ("embed", "embedding"): (c.vocab_size, d),
         ("final_norm", "scale"): (d,),
@@ -56,21 +62,40 @@ def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
         ("layers", "post_attn_norm", "scale"): (L, d),
     }
     projections = {
-        ("attn", "q_proj"): (d, q_out, c.qkv_bias),
-        ("attn", "k_proj"): (d, kv_out, c.qkv_bias),
-        ("attn", "v_proj"): (d, kv_out, c.qkv_bias),
-        ("attn", "o_proj"): (q_out, d, c.o_bias),
-        ("mlp", "gate_proj"): (d, c.intermediate_size, c.mlp_bias),
-        ("mlp", "up_proj"): (d, c.intermediate_size, c.mlp_bias),
-        ("mlp", "down_proj"): (c.intermediate_size, d, c.mlp_bias),
+        ("attn", "q_proj"): (L_attn, d, q_width, c.qkv_bias),
+        ("attn", "k_proj"): (L_attn, d, kv_out, c.qkv_bias),
+        ("attn", "v_proj"): (L_attn, d, kv_out, c.qkv_bias),
+        ("attn", "o_proj"): (L_attn, q_out, d, c.o_bias),
+        ("mlp", "gate_proj"): (L, d, c.intermediate_size, c.mlp_bias),
+        ("mlp", "up_proj"): (L, d, c.intermediate_size, c.mlp_bias),
+        ("mlp", "down_proj"): (L, c.intermediate_size, d, c.mlp_bias),
     }
-    for (block, name), (n_in, n_out, bias) in projections.items():
-        shapes[("layers", block, name, "kernel")] = (L, n_in, n_out)
+    if c.is_hybrid:
+        la, L_lin = c.linear_attention, len(c.stacked_layers("linear_attn"))
+        heads = la.num_value_heads
+        projections.update({
+            ("linear_attn", "in_proj_qkv"): (L_lin, d, la.conv_dim, False),
+            ("linear_attn", "in_proj_z"): (L_lin, d, la.value_dim, False),
+            ("linear_attn", "in_proj_b"): (L_lin, d, heads, False),
+            ("linear_attn", "in_proj_a"): (L_lin, d, heads, False),
+            ("linear_attn", "out_proj"): (L_lin, la.value_dim, d, False),
+        })
+        # Per-head and per-channel vectors are named "scale"/"bias": es gives them
+        # full-rank noise (the depthwise conv keeps torch's (channels, 1, taps) layout).
+        shapes.update({
+            ("layers", "linear_attn", "conv1d", "scale"): (L_lin, la.conv_dim, 1,
+                                                          la.conv_kernel),
+            ("layers", "linear_attn", "A_log", "scale"): (L_lin, heads),
+            ("layers", "linear_attn", "dt", "bias"): (L_lin, heads),
+            ("layers", "linear_attn", "norm", "scale"): (L_lin, la.value_head_dim),
+        })
+    for (block, name), (layers, n_in, n_out, bias) in projections.items():
+        shapes[("layers", block, name, "kernel")] = (layers, n_in, n_out)
         if bias:
-            shapes[("layers", block, name, "bias")] = (L, n_out)
+            shapes[("layers", block, name, "bias")] = (layers, n_out)
     if c.qk_norm:
-        shapes[("layers", "attn", "q_norm", "scale")] = (L, c.head_dim)
-        shapes[("layers", "attn", "k_norm", "scale")] = (L, c.head_dim)
+        shapes[("layers", "attn", "q_norm", "scale")] = (L_attn, c.head_dim)
+        shapes[("layers", "attn", "k_norm", "scale")] = (L_attn, c.head_dim)
     if not c.tie_word_embeddings:
         shapes[("lm_head", "kernel")] = (d, c.vocab_size)
     return shapes
@@ -78,20 +103,32 @@ def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
 
 @functools.partial(jax.jit, static_argnames=("config", "dtype"))
 def init_params(config: ModelConfig, key: jax.Array, dtype: Any = jnp.float32) -> PyTree:
-    """Random parameters: N(0, 0.02²) matrices, unit norm scales, zero biases."""
+    """Random parameters: N(0, 0.02²) matrices and conv taps, constants elsewhere.
+
+    Norm scales start at 1 (0 for Qwen3.5's zero-centred x̂·(1 + w) norms), biases and
+    A_log at 0.
+    """
     shapes = sorted(param_shapes(config).items())
-    matrices = [(path, shape) for path, shape in shapes if path[-1] not in ("scale", "bias")]
-    sizes = [math.prod(shape) for _, shape in matrices]
+    drawn = [(path, shape) for path, shape in shapes if _init_constant(config, path) is None]
+    sizes = [math.prod(shape) for _, shape in drawn]
     draws = INIT_STDDEV * jax.random.normal(key, (sum(sizes),), F32)  # One RNG op compiles fast.
     offsets = np.cumsum([0] + sizes)
     flat = {path: draws[start:start + math.prod(shape)].reshape(shape).astype(dtype)
-            for (path, shape), start in zip(matrices, offsets)}
+            for (path, shape), start in zip(drawn, offsets)}
     for path, shape in shapes:
-        if path[-1] == "scale":
-            flat[path] = jnp.ones(shape, dtype)
-        elif path[-1] == "bias":
-            flat[path] = jnp.zeros(shape, dtype)
+        if path not in flat:
+            flat[path] = jnp.full(shape, _init_constant(config, path), dtype)
     return flax.traverse_util.unflatten_dict(flat)
+
+
+def _init_constant(config: ModelConfig, path: tuple[str, ...]) -> float | None:
+    """The constant a leaf starts at, or None for a random draw."""
+    if path[-1] not in ("scale", "bias") or path[-2] == "conv1d":
+        return None
+    if path[-1] == "bias" or path[-2] == "A_log":
+        return 0.0
+    zero_centred = config.is_hybrid and path[-2] != "norm"  # All but the gated norm.
+    return 0.0 if zero_centred else 1.0
 
 
 def no_deltas(params: PyTree) -> PyTree:
@@ -206,18 +243,20 @@ def rope_inverse_frequencies(head_dim: int, rope: RopeConfig) -> np.ndarray:
 
 def rope_tables(config: ModelConfig, positions: jax.Array, dtype: Any
                 ) -> tuple[jax.Array, jax.Array]:
-    """cos and sin (B, T, 1, head_dim) for integer positions (B, T)."""
-    inv_freq = jnp.asarray(rope_inverse_frequencies(config.head_dim, config.rope))
+    """cos and sin (B, T, 1, rotary_dim) for integer positions (B, T)."""
+    inv_freq = jnp.asarray(rope_inverse_frequencies(config.rotary_dim, config.rope))
     angles = positions.astype(F32)[..., None] * inv_freq
     angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
     return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
 
 
 def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """Rotates (B, T, heads, head_dim) by the rotate-half convention."""
-    half = x.shape[-1] // 2
+    """Rotates the first rotary_dim dims of (B, T, heads, head_dim) (rotate-half)."""
+    rotary_dim = cos.shape[-1]
+    x, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    half = rotary_dim // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
+    return jnp.concatenate([x * cos + rotated * sin, rest], axis=-1)
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -255,18 +294,28 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
         q = rms_norm(q, attn["q_norm"]["scale"], attn_deltas["q_norm"]["scale"], c.rms_norm_eps)
         k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    attended, cache = cached_attention(q, k, v, mask, cache, index, write_index)
+    h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
+    x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
+                 c.rms_norm_eps)
+    return h + mlp(x, layer["mlp"], deltas["mlp"]), cache
+
+
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                     cache: KVCache, index: jax.Array, write_index: jax.Array
+                     ) -> tuple[jax.Array, KVCache]:
+    """Writes new keys/values into layer ``index`` of the cache, then attends (B, T, H*hd)."""
     start = (index, 0, write_index, 0, 0)
     cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start),
                     jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start))
-    attended = attention(q, cache.k[index], cache.v[index], mask)
-    h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
-    mlp, mlp_deltas = layer["mlp"], deltas["mlp"]
-    x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
-                 c.rms_norm_eps)
-    gate = jax.nn.silu(project(x, mlp["gate_proj"], mlp_deltas["gate_proj"]))
-    h = h + project(gate * project(x, mlp["up_proj"], mlp_deltas["up_proj"]),
-                    mlp["down_proj"], mlp_deltas["down_proj"])
-    return h, cache
+    return attention(q, cache.k[index], cache.v[index], mask), cache
+
+
+def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
+    """SwiGLU MLP: down(silu(gate(x)) * up(x))."""
+    gate = jax.nn.silu(project(x, params["gate_proj"], deltas["gate_proj"]))
+    return project(gate * project(x, params["up_proj"], deltas["up_proj"]),
+                   params["down_proj"], deltas["down_proj"])
 
 
 def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
@@ -281,16 +330,19 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
       tokens: (B, T) new token ids, written to cache slots [write_index, write_index + T).
       positions: (B, T) rotary positions of the new tokens.
       kv_mask: (B, S) True for cache slots holding real tokens (including the new ones).
-      cache: the KV cache with S slots.
+      cache: the KV cache with S slots (a ``qwen3_5.HybridCache`` for hybrid configs,
+        which ``qwen3_5.forward`` runs).
       write_index: scalar slot of the first new token.
 
     Returns:
       Final-normed hidden states (B, T, d) and the updated cache.
     """
-    T, S = tokens.shape[1], cache.k.shape[2]
-    query_slots = write_index + jnp.arange(T)
-    causal = jnp.arange(S)[None, :] <= query_slots[:, None]  # (T, S)
-    mask = causal[None] & kv_mask[:, None, :]
+    if config.is_hybrid:
+        from agentic_esopt.models import qwen3_5  # pylint: disable=import-outside-toplevel
+
+        return qwen3_5.forward(config, params, deltas, tokens, positions, kv_mask, cache,
+                               write_index)
+    mask = causal_mask(kv_mask, write_index, tokens.shape[1])
     h = embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
     rope = rope_tables(config, positions, h.dtype)
 
@@ -306,6 +358,16 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
     return h, cache
 
 
+def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.Array:
+    """(B, T, S) attention mask of T = ``length`` new tokens written from ``write_index``.
+
+    A new token attends to the real slots (``kv_mask`` (B, S)) at or before its own.
+    """
+    query_slots = write_index + jnp.arange(length)
+    causal = jnp.arange(kv_mask.shape[1])[None, :] <= query_slots[:, None]  # (T, S)
+    return causal[None] & kv_mask[:, None, :]
+
+
 def lm_head(config: ModelConfig, params: PyTree, deltas: PyTree, h: jax.Array) -> jax.Array:
     """float32 logits (B, ..., V) from final hidden states (tied or untied head)."""
     if config.tie_word_embeddings:
@@ -314,9 +376,19 @@ def lm_head(config: ModelConfig, params: PyTree, deltas: PyTree, h: jax.Array) -
     return linear(h, params["lm_head"]["kernel"], deltas["lm_head"]["kernel"], out_dtype=F32)
 
 
-def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> KVCache:
-    """A zero KV cache with ``length`` slots."""
-    shape = (config.num_layers, batch, length, config.num_kv_heads, config.head_dim)
+def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> Any:
+    """A zero KV cache with ``length`` slots (``qwen3_5.HybridCache`` for hybrid models)."""
+    if config.is_hybrid:
+        from agentic_esopt.models import qwen3_5  # pylint: disable=import-outside-toplevel
+
+        return qwen3_5.empty_cache(config, batch, length, dtype)
+    return empty_kv_cache(config, config.num_layers, batch, length, dtype)
+
+
+def empty_kv_cache(config: ModelConfig, layers: int, batch: int, length: int,
+                   dtype: Any) -> KVCache:
+    """A zero KV cache of ``layers`` attention layers with ``length`` slots."""
+    shape = (layers, batch, length, config.num_kv_heads, config.head_dim)
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 

@@ -49,10 +49,20 @@ HF_NAMES = {
     **{("layers", "mlp", f"{p}_proj", leaf): f"model.layers.{{}}.mlp.{p}_proj.{suffix}"
        for p in ("gate", "up", "down") for leaf, suffix in (("kernel", "weight"),
                                                              ("bias", "bias"))},
+    # Qwen3.5 Gated DeltaNet layers.
+    **{("layers", "linear_attn", p, "kernel"): f"model.layers.{{}}.linear_attn.{p}.weight"
+       for p in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")},
+    ("layers", "linear_attn", "conv1d", "scale"): "model.layers.{}.linear_attn.conv1d.weight",
+    ("layers", "linear_attn", "A_log", "scale"): "model.layers.{}.linear_attn.A_log",
+    ("layers", "linear_attn", "dt", "bias"): "model.layers.{}.linear_attn.dt_bias",
+    ("layers", "linear_attn", "norm", "scale"): "model.layers.{}.linear_attn.norm.weight",
 }
 NAME_PATTERNS = [(re.compile(re.escape(name).replace(r"\{\}", r"(\d+)") + "$"), path)
                  for path, name in HF_NAMES.items()]
-IGNORED_NAMES = re.compile(r".*\.rotary_emb\.inv_freq$")
+# Multimodal checkpoints (Qwen3.5) keep the text model under model.language_model.
+LANGUAGE_MODEL_PREFIX = re.compile(r"^model\.language_model\.")
+# Rotary tables, and a multimodal checkpoint's vision tower and multi-token-prediction head.
+IGNORED_NAMES = re.compile(r".*\.rotary_emb\.inv_freq$|^mtp\.|^model\.visual\.")
 
 _SAFETENSORS_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
@@ -183,13 +193,20 @@ def is_kernel(path: tuple[str, ...]) -> bool:
 
 
 def hf_names(config: ModelConfig, path: tuple[str, ...]) -> dict[int | None, str]:
-    """HF tensor name per layer of a stacked ``layers`` leaf, else ``{None: name}``."""
-    layers = range(config.num_layers) if path[0] == "layers" else [None]
-    return {layer: HF_NAMES[path].format(layer) for layer in layers}
+    """HF tensor name per slot of a stacked ``layers`` leaf, else ``{None: name}``.
+
+    Slot i of a stack holds layer ``config.stacked_layers(block)[i]`` (every layer,
+    except Qwen3.5's attention and linear-attention stacks).
+    """
+    if path[0] != "layers":
+        return {None: HF_NAMES[path]}
+    return {slot: HF_NAMES[path].format(layer)
+            for slot, layer in enumerate(config.stacked_layers(path[1]))}
 
 
 def route(name: str) -> tuple[tuple[str, ...], int | None] | None:
     """(parameter path, layer index or None) of a HF tensor name, or None if unknown."""
+    name = LANGUAGE_MODEL_PREFIX.sub("model.", name)
     for pattern, path in NAME_PATTERNS:
         match = pattern.match(name)
         if match:
@@ -240,6 +257,12 @@ def _route_all(config: ModelConfig, tensors: Mapping[str, TensorRef],
         if layer is not None and layer >= config.num_layers:
             raise ValueError(f"Unexpected tensor {name!r}: the config has only "
                              f"{config.num_layers} layers.")
+        if layer is not None:
+            stacked = config.stacked_layers(path[1])
+            if layer not in stacked:
+                raise ValueError(f"Unexpected tensor {name!r}: layer {layer} is not a "
+                                 f"{path[1]} layer in this config.")
+            layer = stacked.index(layer)  # Its slot in the stack.
         expected = flat_shapes[path].shape[1:] if layer is not None else flat_shapes[path].shape
         shape = ref.shape[::-1] if is_kernel(path) else ref.shape
         if tuple(shape) != tuple(expected):

@@ -63,7 +63,8 @@ class DecodeState(NamedTuple):
     """Loop state of one batch.
 
     Attributes:
-      cache: KV cache with S = prompt bucket + new-token bucket slots.
+      cache: KV cache with S = prompt bucket + new-token bucket slots (for hybrid models a
+        ``qwen3_5.HybridCache``, which adds the linear layers' conv and recurrent states).
       kv_mask: (B, S) slots holding real tokens.
       logits: (B, V) float32 logits for the next token.
       positions: (B,) rotary position of the next token.
@@ -72,7 +73,7 @@ class DecodeState(NamedTuple):
       step: () tokens generated so far.
     """
 
-    cache: decoder.KVCache
+    cache: Any
     kv_mask: jax.Array
     logits: jax.Array
     positions: jax.Array

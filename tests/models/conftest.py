@@ -10,6 +10,7 @@ HF_CLASSES = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
     "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
+    "qwen3_5": (transformers.Qwen3_5TextConfig, transformers.Qwen3_5ForCausalLM),
 }
 TINY_HF_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, vocab_size=259,
@@ -17,14 +18,18 @@ TINY_HF_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2
 
 
 def random_hf_model(model_type: str, seed: int = 0, **overrides) -> torch.nn.Module:
-    """A tiny random transformers model; norms ~ 1 + N(0, 0.1²), all else ~ N(0, 0.1²)."""
+    """A tiny random transformers model; norms ~ 1 + N(0, 0.1²), all else ~ N(0, 0.1²).
+
+    Qwen3.5's zero-centred norms (weights w of x̂·(1 + w)) are ~ N(0, 0.1²) as well.
+    """
     config_cls, model_cls = HF_CLASSES[model_type]
     torch.manual_seed(seed)
     model = model_cls(config_cls(**{**TINY_HF_CONFIG, **overrides})).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             param.normal_(std=0.1)
-            if "norm" in name:
+            zero_centred = model_type == "qwen3_5" and "linear_attn.norm" not in name
+            if "norm" in name and not zero_centred:
                 param.add_(1.0)
     return model
 
