@@ -2,10 +2,10 @@
 generations, bfloat16 weights.
 
 Nothing downloads: point the model at a local Hugging Face folder of Qwen3.5-4B (the
-multimodal checkpoint works; its vision tower is not loaded). Presets in ``configs/local``
-are valid only once ``--config.model.name`` names an existing folder:
+multimodal checkpoint works; its vision tower is not loaded). The preset is valid only
+once ``--config.model.name`` names an existing folder:
 
-    python -m experiments.train --config=experiments/configs/local/sudoku_qwen3_5_4b.py \\
+    python -m experiments.train --config=experiments/configs/sudoku_qwen3_5_4b.py \\
         --config.model.name=/path/to/Qwen3.5-4B --workdir=DIR
 """
 
