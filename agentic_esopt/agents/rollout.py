@@ -212,6 +212,13 @@ class Options:
         return problems
 
 
+def sampling(options: Options, temperature: float) -> dict[str, Any]:
+    """``models.generate``'s sampling arguments for ``options`` at ``temperature``."""
+    return dict(max_new_tokens=options.max_new_tokens, temperature=temperature,
+                top_k=options.top_k or None,
+                top_p=options.top_p if options.top_p < 1 else None)
+
+
 # generate(model, prompts, **sampling) -> models.GenerationOutput: ``models.generate`` or a
 # stand-in with its signature (tests inject scripted replies).
 Generate = Callable[..., Any]
@@ -250,9 +257,8 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
                    for c in conversations]
         call_key = None if key is None else jax.random.fold_in(key, next(call_index))
         output = generate(
-            model, prompts, max_new_tokens=options.max_new_tokens, temperature=temperature,
-            top_k=options.top_k or None, top_p=options.top_p if options.top_p < 1 else None,
-            key=call_key, population=population, stop=stop or None,
+            model, prompts, **sampling(options, temperature), key=call_key,
+            population=population, stop=stop or None,
             members=None if population is None else np.asarray(members, dtype=np.int32),
             streams=np.asarray(task_indices, dtype=np.int32))
         return [options.reply_prefix + text for text in output.texts]

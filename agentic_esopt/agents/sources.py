@@ -196,18 +196,11 @@ class SearchRewards:
     def __post_init__(self):
         self._state = eoh.initial_state(self.seed)  # The trainer then calls ``restore``.
 
-    @property
-    def search_state(self) -> eoh.SearchState:
-        return self._state
-
     def _llm(self, model: Any, population: Any, key: jax.Array) -> eoh.LLM:
         def llm(prompts, members):
             output = self.generate(
-                model, [chat_prompt(model.tokenizer, p) for p in prompts],
-                max_new_tokens=self.options.max_new_tokens,
-                temperature=self.options.temperature,
-                top_k=self.options.top_k or None,
-                top_p=self.options.top_p if self.options.top_p < 1 else None, key=key,
+                model, [chat_prompt(model.tokenizer, p) for p in prompts], key=key,
+                **rollout.sampling(self.options, self.options.temperature),
                 population=population,
                 members=None if population is None else np.asarray(members, np.int32))
             return output.texts
