@@ -111,7 +111,8 @@ def time_jax(config, params, deltas, tokens: np.ndarray, new_tokens: int) -> dic
                                       new_tokens=new_tokens).compile()
     state = prefill(params, deltas, tokens, mask)
     loop_args = (jax.random.split(jax.random.key(0), batch), jnp.asarray([-1], jnp.int32),
-                 jnp.float32(1.0), jnp.float32(1.0), jnp.int32(new_tokens))
+                 jnp.float32(1.0), jnp.float32(1.0), jnp.zeros(2, jnp.float32),
+                 jnp.int32(new_tokens))
     decode = sampling._decode.lower(config, GREEDY, params, deltas, state, *loop_args).compile()
     compile_s = time.perf_counter() - start
     jax.block_until_ready(state)

@@ -184,6 +184,10 @@ class Options:
                                                 "(0 = greedy).")
     top_p: float = options_lib.field(1.0, "Nucleus sampling mass (1 = off).")
     top_k: int = options_lib.field(0, "Sample among the k most likely tokens (0 = off).")
+    presence_penalty: float = options_lib.field(0.0, "Subtracted once from the logit of "
+                                                     "every token the reply already holds.")
+    frequency_penalty: float = options_lib.field(0.0, "Subtracted from a token's logit per "
+                                                      "occurrence in the reply so far.")
     history_turns: int | None = options_lib.field(None, "Keep only the last k turns in each "
                                                         "prompt (0: only the latest "
                                                         "observation; default: all).")
@@ -216,7 +220,9 @@ def sampling(options: Options, temperature: float) -> dict[str, Any]:
     """``models.generate``'s sampling arguments for ``options`` at ``temperature``."""
     return dict(max_new_tokens=options.max_new_tokens, temperature=temperature,
                 top_k=options.top_k or None,
-                top_p=options.top_p if options.top_p < 1 else None)
+                top_p=options.top_p if options.top_p < 1 else None,
+                presence_penalty=options.presence_penalty,
+                frequency_penalty=options.frequency_penalty)
 
 
 # generate(model, prompts, **sampling) -> models.GenerationOutput: ``models.generate`` or a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -52,11 +53,13 @@ class GenerationOutput(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class SamplingMode:
-    """Static sampling choices (jit-static); temperature and top_p values are dynamic."""
+    """Static sampling choices (jit-static); temperature, top_p and penalty values are
+    dynamic."""
 
     greedy: bool
     top_k: int | None
     top_p: bool
+    penalized: bool = False
 
 
 class DecodeState(NamedTuple):
@@ -112,6 +115,21 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, mode: SamplingMode,
     return jax.vmap(jax.random.categorical)(keys, logits).astype(jnp.int32)
 
 
+def penalize(logits: jax.Array, tokens: jax.Array, step: jax.Array,
+             penalties: jax.Array) -> jax.Array:
+    """Logits (B, V) less presence and frequency penalties for the tokens generated so far.
+
+    ``penalties`` is (presence, frequency): a generated token's logit drops by the presence
+    penalty once and by the frequency penalty per occurrence (as in OpenAI's API and vLLM;
+    the prompt does not count). ``tokens`` (B, N) holds the generated tokens in its first
+    ``step`` columns.
+    """
+    generated = jnp.arange(tokens.shape[1]) < step
+    counts = jax.vmap(lambda row: jnp.zeros(logits.shape[-1], jnp.float32).at[row].add(
+        generated.astype(jnp.float32)))(tokens)
+    return logits - penalties[0] * (counts > 0) - penalties[1] * counts
+
+
 @functools.partial(jax.jit, static_argnames=("config", "new_tokens"))
 def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
              mask: jax.Array, new_tokens: int) -> DecodeState:
@@ -132,7 +150,8 @@ def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Ar
 @functools.partial(jax.jit, static_argnames=("config", "mode"), donate_argnames=("state",))
 def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyTree,
             state: DecodeState, row_keys: jax.Array, eos_ids: jax.Array,
-            temperature: jax.Array, top_p: jax.Array, end_step: jax.Array) -> DecodeState:
+            temperature: jax.Array, top_p: jax.Array, penalties: jax.Array,
+            end_step: jax.Array) -> DecodeState:
     """Samples and feeds tokens until ``end_step`` tokens exist or every row is done."""
     prompt_len = state.kv_mask.shape[1] - state.tokens.shape[1]
 
@@ -141,7 +160,8 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
 
     def step(s: DecodeState) -> DecodeState:
         keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, s.step)
-        token = sample_tokens(s.logits, keys, mode, temperature, top_p)
+        logits = penalize(s.logits, s.tokens, s.step, penalties) if mode.penalized else s.logits
+        token = sample_tokens(logits, keys, mode, temperature, top_p)
         slot = prompt_len + s.step
         kv_mask = s.kv_mask.at[:, slot].set(True)
         h, cache = decoder.forward(config, params, deltas, token[:, None], s.positions[:, None],
@@ -204,7 +224,8 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
              top_p: float | None = None, key: jax.Array | int | None = None,
              stop: Sequence[str] | str | None = None,
              population: es_noise.Population | None = None,
-             members: Any = None, streams: Any = None) -> GenerationOutput:
+             members: Any = None, streams: Any = None, presence_penalty: float = 0.0,
+             frequency_penalty: float = 0.0) -> GenerationOutput:
     """Generates continuations for a batch of prompts.
 
     Args:
@@ -223,6 +244,8 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
       streams: (B,) sampling stream per row (default: the row index). Rows with the same
         stream draw the same random numbers, e.g. ES members playing the same task
         (common random numbers).
+      presence_penalty: subtracted once from the logit of every token generated so far.
+      frequency_penalty: subtracted from a generated token's logit per occurrence.
 
     Returns:
       A ``GenerationOutput`` in prompt order.
@@ -234,7 +257,7 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
     if not token_lists:
         return GenerationOutput([], [], [])
     settings = _Settings.build(model.config, tokenizer, max_new_tokens, temperature, top_k,
-                               top_p, key, stop)
+                               top_p, key, stop, (presence_penalty, frequency_penalty))
     members = _check_members(population, members, len(token_lists))
     streams = _check_streams(streams, len(token_lists))
     if population is not None and population.noise == "full":
@@ -258,6 +281,7 @@ class _Settings:
     max_new_tokens: int
     temperature: float
     top_p: float
+    penalties: tuple[float, float]
     key: jax.Array
     eos_ids: tuple[int, ...]
     stop: tuple[str, ...]
@@ -267,7 +291,8 @@ class _Settings:
     @classmethod
     def build(cls, config: ModelConfig, tokenizer: Any, max_new_tokens: int,
               temperature: float, top_k: int | None, top_p: float | None,
-              key: jax.Array | int | None, stop: Sequence[str] | str | None) -> _Settings:
+              key: jax.Array | int | None, stop: Sequence[str] | str | None,
+              penalties: tuple[float, float] = (0.0, 0.0)) -> _Settings:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
         if temperature < 0:
@@ -276,6 +301,9 @@ class _Settings:
             raise ValueError(f"top_k must be >= 1, got {top_k}.")
         if top_p is not None and not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
+        if not all(math.isfinite(p) for p in penalties):
+            raise ValueError(f"presence and frequency penalties must be finite, got "
+                             f"{penalties}.")
         greedy = temperature == 0
         if not greedy and key is None:
             raise ValueError("Sampling with temperature > 0 needs a key.")
@@ -290,10 +318,12 @@ class _Settings:
         mode = SamplingMode(
             greedy=greedy,
             top_k=None if greedy or top_k is None else min(top_k, config.vocab_size),
-            top_p=not greedy and top_p is not None and top_p < 1)
+            top_p=not greedy and top_p is not None and top_p < 1,
+            penalized=any(p != 0 for p in penalties))
         return cls(mode=mode, max_new_tokens=int(max_new_tokens),
                    temperature=float(temperature) if not greedy else 1.0,
-                   top_p=float(top_p or 1.0), key=_typed_key(key),
+                   top_p=float(top_p or 1.0),
+                   penalties=(float(penalties[0]), float(penalties[1])), key=_typed_key(key),
                    eos_ids=tuple(sorted(eos_ids)), stop=stop, pad_id=pad_id,
                    decode=functools.partial(tokenizer.decode, skip_special_tokens=True))
 
@@ -402,7 +432,7 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
         end = min(steps + chunk, settings.max_new_tokens)
         state = _decode(config, settings.mode, params, deltas, state, row_keys, eos_ids,
                         jnp.float32(settings.temperature), jnp.float32(settings.top_p),
-                        jnp.int32(end))
+                        jnp.asarray(settings.penalties, jnp.float32), jnp.int32(end))
         steps = int(state.step)
         done = np.array(state.done[:batch])
         if settings.stop and not done.all():

@@ -1,5 +1,5 @@
 """Math ReAct with a sandboxed code tool: the reference's setting (G=16, α=5e-4, σ cosine
-1e-3 → 5e-4, 25 generations of 16 problems, T=1, top-k 40).
+1e-3 → 5e-4, 25 generations of 16 problems, T=1, top-k 40, presence penalty 2.0).
 
 Pass the published problems and a model that can follow the protocol, e.g.
 
@@ -7,8 +7,6 @@ Pass the published problems and a model that can follow the protocol, e.g.
       --config.model.name=/path/to/Qwen3.5-4B \
       --config.env.data=../shared/data/anchors/trace2skill/math_reasoning/dapo_evolve.jsonl \
       --config.env.eval_data=../shared/data/anchors/trace2skill/math_reasoning/dapo_test.jsonl
-
-(the reference also uses a presence penalty of 2.0, which ``models.generate`` lacks).
 """
 
 from experiments.configs import common
@@ -21,6 +19,7 @@ def get_config():
         model=dict(name="smollm2-135m", dtype="float32"),
         es=dict(population_size=16, noise="lowrank", rank=1, sigma_schedule="cosine",
                 sigma_start=1e-3, sigma_end=5e-4, learning_rate=5e-4),
-        rollout=dict(tasks_per_generation=16, max_new_tokens=1024, temperature=1.0, top_k=40),
+        rollout=dict(tasks_per_generation=16, max_new_tokens=1024, temperature=1.0, top_k=40,
+                     presence_penalty=2.0),
         eval=dict(size=32, temperature=1.0),
         run=dict(generations=25, eval_every=5, checkpoint_every=1))

@@ -161,7 +161,8 @@ def test_model_policy_templates_trims_and_routes_members():
         return type("Out", (), {"texts": [f"reply {i}" for i in range(len(prompts_))]})()
 
     population = object()
-    options = rollout.Options(max_new_tokens=7, history_turns=1, top_k=5)
+    options = rollout.Options(max_new_tokens=7, history_turns=1, top_k=5,
+                              presence_penalty=2.0)
     policy = rollout.make_model_policy(FakeModel(), population, options, temperature=0.5,
                                        key=jax.random.key(0), generate=fake_generate,
                                        extra_stop=("Observation:",))
@@ -177,6 +178,7 @@ def test_model_policy_templates_trims_and_routes_members():
     np.testing.assert_array_equal(first["members"], [3, 1])
     np.testing.assert_array_equal(first["streams"], [4, 0])
     assert (first["temperature"], first["top_k"], first["top_p"]) == (0.5, 5, None)
+    assert (first["presence_penalty"], first["frequency_penalty"]) == (2.0, 0.0)
     assert first["stop"] == ("Observation:",)
     assert not np.array_equal(jax.random.key_data(first["key"]),
                               jax.random.key_data(second["key"]))

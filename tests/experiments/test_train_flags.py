@@ -94,7 +94,8 @@ def test_math_react_config_mirrors_the_reference():
         16, 5e-4, 25)
     assert (config.es.sigma_start, config.es.sigma_end) == (1e-3, 5e-4)
     assert (config.rollout.temperature, config.rollout.top_k,
-            config.rollout.tasks_per_generation) == (1.0, 40, 16)
+            config.rollout.tasks_per_generation, config.rollout.presence_penalty) == (
+                1.0, 40, 16, 2.0)
 
 
 def test_ahd_config():

@@ -177,12 +177,33 @@ def test_stop_strings_end_generation_between_chunks(reference):
     (dict(stop=[""]), "non-empty"),
     (dict(streams=[0, 1]), "streams must be 1 integers"),
     (dict(streams=[-1]), "streams must be in"),
+    (dict(presence_penalty=float("nan")), "penalties must be finite"),
 ])
 def test_bad_arguments_raise(kwargs, message):
     model = models.load("tiny")
     kwargs = {"prompts": ["hi"], **kwargs}
     with pytest.raises(ValueError, match=message):
         models.generate(model, **kwargs)
+
+
+@pytest.mark.parametrize("presence, frequency", [(3.0, 0.0), (0.0, 1.5), (1.0, 0.5)])
+def test_penalties_equal_a_step_by_step_reference(presence, frequency):
+    model = models.load("tiny")
+    prompt = [5, 9, 2, 7]
+    out = models.generate(model, [prompt], max_new_tokens=10, presence_penalty=presence,
+                          frequency_penalty=frequency)
+    tokens, counts = list(prompt), np.zeros(model.config.vocab_size)
+    for _ in range(10):
+        logits = np.asarray(models.logits(model.config, model.params,
+                                          np.asarray([tokens])))[0, -1]
+        token = int(np.argmax(logits - presence * (counts > 0) - frequency * counts))
+        tokens.append(token)
+        counts[token] += 1
+    assert out.token_ids[0] == tokens[len(prompt):]
+    plain = models.generate(model, [prompt], max_new_tokens=10).token_ids[0]
+    assert len(set(plain)) < len(plain), "the tiny model repeats itself without penalties"
+    if presence == 3.0:
+        assert len(set(out.token_ids[0])) == len(out.token_ids[0])
 
 
 def test_bucket_sizes():
