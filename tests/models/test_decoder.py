@@ -7,30 +7,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import safetensors.numpy
-import torch
 
 from agentic_esopt import models
 from agentic_esopt.es.noise import LowRank
 from agentic_esopt.models import decoder, loading
 
+from parity import left_padded_batch, torch_logits
+
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0,
                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 64}
-
-
-def left_padded_batch(vocab=259, length=40, seed=0):
-    ids = np.random.RandomState(seed).randint(3, vocab, (3, length))
-    mask = np.ones_like(ids)
-    mask[1, :11] = 0
-    mask[2, :length - 3] = 0
-    return ids, mask
-
-
-def torch_logits(model, ids, mask):
-    positions = np.maximum(mask.cumsum(-1) - 1, 0)
-    with torch.no_grad():
-        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                     position_ids=torch.tensor(positions)).logits.float().numpy()
 
 
 @pytest.mark.parametrize("model_type, overrides, shard", [

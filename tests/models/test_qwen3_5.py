@@ -14,25 +14,13 @@ import transformers
 from agentic_esopt import es, models
 from agentic_esopt.models import qwen3_5
 
+from parity import (assert_population_rows_equal_member_forwards, left_padded_batch,
+                    torch_logits)
+
 # 8 layers: two groups of (linear, linear, linear, full); 4 value heads share 2 key heads.
 QWEN3_5 = dict(num_hidden_layers=8, head_dim=16, linear_num_key_heads=2,
                linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12)
 LENGTH = 80  # Longer than one 64-token chunk.
-
-
-def left_padded_batch(vocab=259, length=LENGTH, seed=0):
-    ids = np.random.RandomState(seed).randint(3, vocab, (3, length))
-    mask = np.ones_like(ids)
-    mask[1, :11] = 0
-    mask[2, :length - 3] = 0
-    return ids, mask
-
-
-def torch_logits(model, ids, mask):
-    positions = np.maximum(mask.cumsum(-1) - 1, 0)
-    with torch.no_grad():
-        return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
-                     position_ids=torch.tensor(positions)).logits.float().numpy()
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +30,7 @@ def reference(hf_checkpoint):
 
 
 def assert_logits_match(torch_model, model):
-    ids, mask = left_padded_batch()
+    ids, mask = left_padded_batch(length=LENGTH)
     ours = np.asarray(models.logits(model.config, model.params, ids, mask))
     expected = torch_logits(torch_model, ids, mask)
     real = mask.astype(bool)
@@ -150,17 +138,9 @@ def test_lowrank_rows_equal_forward_on_perturbed_params(reference):
                                 noise="lowrank", rank=2)
     population = strategy.ask(strategy.init(jax.random.key(7), params))
     members = np.array([2, 0, 1])
-    ids, mask = left_padded_batch()
-    batched = np.asarray(models.logits(config, params, ids, mask, population, members))
-    plain = np.asarray(models.logits(config, params, ids, mask))
-    real = mask.astype(bool)
-    for row, member in enumerate(members):
-        member_params = es.noise.perturb(params, population, member)
-        expected = np.asarray(models.logits(config, member_params, ids[row:row + 1],
-                                            mask[row:row + 1]))[0]
-        np.testing.assert_allclose(batched[row][real[row]], expected[real[row]], atol=1e-4,
-                                   rtol=0)
-        assert np.abs(expected - plain[row])[real[row]].max() > 1e-2
+    ids, mask = left_padded_batch(length=LENGTH)
+    assert_population_rows_equal_member_forwards(config, params, population, members, ids,
+                                                 mask)
 
 
 def test_init_params():
@@ -187,7 +167,7 @@ def test_init_params():
 def test_bfloat16_is_as_close_as_transformers_bfloat16(reference):
     torch_model, model = reference
     bf16 = jax.tree.map(lambda p: p.astype("bfloat16"), model.params)
-    ids, mask = left_padded_batch()
+    ids, mask = left_padded_batch(length=LENGTH)
     ours = np.asarray(models.logits(model.config, bf16, ids, mask))
     full = torch_logits(torch_model, ids, mask)
     torch_bf16 = torch_logits(copy.deepcopy(torch_model).to(torch.bfloat16), ids, mask)
@@ -205,7 +185,7 @@ def test_save_pretrained_round_trips_through_transformers(reference, tmp_path):
     jax.tree.map(np.testing.assert_array_equal, loaded.params, model.params)
     exported = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(exported) is type(torch_model)
-    ids, mask = left_padded_batch()
+    ids, mask = left_padded_batch(length=LENGTH)
     np.testing.assert_array_equal(torch_logits(exported, ids, mask),
                                   torch_logits(torch_model, ids, mask))
 
@@ -229,7 +209,7 @@ def test_lowrank_population_generates_like_perturbed_members(reference):
 
 def test_padding_does_not_reach_the_state(reference):
     model = reference[1]
-    ids, mask = left_padded_batch()
+    ids, mask = left_padded_batch(length=LENGTH)
     other = np.where(mask.astype(bool), ids, (ids * 7 + 1) % 259)  # Different pad tokens.
     real = mask.astype(bool)
     first = np.asarray(models.logits(model.config, model.params, ids, mask))
