@@ -44,6 +44,12 @@ def remove_the_history(workdir):
     os.remove(workdir / "history.jsonl")
 
 
+def set_aside(workdir):
+    """The steps moved to corrupt_checkpoints/ (each as '<step>-<suffix>')."""
+    folder = workdir / "corrupt_checkpoints"
+    return sorted(int(p.name.split("-")[0]) for p in folder.iterdir()) if folder.exists() else []
+
+
 def garble(step_dir):
     for root, _, names in os.walk(step_dir):
         for name in names:
@@ -84,22 +90,23 @@ def remove_every_checkpoint(workdir):
     shutil.rmtree(workdir / "checkpoints")
 
 
-DAMAGES = [  # (damage, warnings it must cause)
-    (truncate_last_history_line, 1),
-    (break_a_middle_checksum, 1),
-    (remove_the_history, 1),
-    (corrupt_the_newest_checkpoint, 1),
-    (flip_a_byte_in_the_newest_checkpoint, 1),
-    (corrupt_every_checkpoint, 3),
-    (drop_the_last_history_generation, 1),
-    (remove_the_newer_checkpoints, 0),
-    (remove_every_checkpoint, 1),
+DAMAGES = [  # (damage, warnings it must cause, checkpoint steps it must set aside)
+    (truncate_last_history_line, 1, [3]),
+    (break_a_middle_checksum, 1, [2, 3]),  # generation 0 stays intact
+    (remove_the_history, 1, [1, 2, 3]),
+    (corrupt_the_newest_checkpoint, 1, [3]),
+    (flip_a_byte_in_the_newest_checkpoint, 1, [3]),
+    (corrupt_every_checkpoint, 3, [1, 2, 3]),
+    (drop_the_last_history_generation, 1, [3]),
+    (remove_the_newer_checkpoints, 0, []),
+    (remove_every_checkpoint, 1, []),
 ]
 
 
-@pytest.mark.parametrize("damage, warnings", DAMAGES, ids=[d.__name__ for d, _ in DAMAGES])
+@pytest.mark.parametrize("damage, warnings, aside", DAMAGES,
+                         ids=[d.__name__ for d, _, _ in DAMAGES])
 def test_rerun_repairs_the_damage_and_ends_bitwise_equal(reference, tmp_path, caplog, capfd,
-                                                         damage, warnings):
+                                                         damage, warnings, aside):
     original, expected = reference
     workdir = shutil.copytree(original, tmp_path / "damaged")
     damage(workdir)
@@ -112,6 +119,8 @@ def test_rerun_repairs_the_damage_and_ends_bitwise_equal(reference, tmp_path, ca
     _, want = es.history.read(original / "history.jsonl")
     _, got = es.history.read(workdir / "history.jsonl")
     assert [r["rewards"] for r in got] == [r["rewards"] for r in want]
+    assert set_aside(workdir) == aside
+    assert len(got) == 3
     ours = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(ours) == warnings, [r.getMessage() for r in ours]
     output = capfd.readouterr()

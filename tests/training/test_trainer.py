@@ -96,34 +96,6 @@ def test_rerunning_a_finished_run_changes_nothing(finished, tmp_path):
         metrics.read_metrics(os.path.join(workdir, "metrics.jsonl")))
 
 
-def _garble_all(step_dir):
-    for root, _, names in os.walk(step_dir):
-        for name in names:
-            with open(os.path.join(root, name), "wb") as f:
-                f.write(b"not a checkpoint")
-
-
-def _flip_a_byte_of_the_largest_file(step_dir):
-    paths = [os.path.join(root, n) for root, _, names in os.walk(step_dir) for n in names]
-    largest = max(paths, key=os.path.getsize)
-    data = bytearray(open(largest, "rb").read())
-    data[len(data) // 2] ^= 0xFF
-    open(largest, "wb").write(bytes(data))
-
-
-@pytest.mark.parametrize("corrupt", [_garble_all, _flip_a_byte_of_the_largest_file])
-def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(finished, tmp_path, caplog,
-                                                                  corrupt):
-    original, result = finished
-    workdir = shutil.copytree(original, tmp_path / "copy")
-    corrupt(workdir / "checkpoints" / "3")
-    again = training.train(CONFIG, str(workdir))
-    assert "checkpoint at step 3" in caplog.text and "unusable" in caplog.text
-    assert [p.name.split("-")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["3"]
-    assert_trees_equal(again.state, result.state)
-    assert len(es.history.read(workdir / "history.jsonl")[1]) == 3
-
-
 def test_changed_settings_are_refused_before_the_model_loads(finished, monkeypatch):
     workdir, _ = finished
 
