@@ -17,7 +17,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -26,10 +26,31 @@ from agentic_esopt import options as options_lib
 from agentic_esopt.agents.prompts import Message, add_turn, initial_messages, trim_history
 from agentic_esopt.envs.base import EnvFactory
 
-# policy(conversations, members, task_indices) -> one reply per conversation; members[i]
-# is the ES member whose parameters must produce reply i, task_indices[i] the position of
-# its task in the generation's task list.
-Policy = Callable[[list[list[Message]], list[int], list[int]], list[str]]
+
+class TurnTokens(NamedTuple):
+    """What a policy gradient needs of one turn: the prompt the model saw, the tokens it
+    generated and their sampling log-probabilities (``models.GenerationOutput.logprobs``)."""
+
+    prompt_ids: list[int]
+    reply_ids: list[int]
+    logprobs: list[float]
+
+
+class Reply(NamedTuple):
+    """A reply with its tokens (what ``make_model_policy(..., keep_tokens=True)`` returns)."""
+
+    text: str
+    tokens: TurnTokens
+
+
+# policy(conversations, members, task_indices) -> one reply (a string or a ``Reply``) per
+# conversation; members[i] is the ES member whose parameters must produce reply i (without
+# a population: the index of an independent sample), task_indices[i] the position of its
+# task in the generation's task list.
+Policy = Callable[[list[list[Message]], list[int], list[int]], list["str | Reply"]]
+# Without a population, member m's episode of task t samples from stream
+# m * MAX_TASKS + t; with one, members share the task's stream (common random numbers).
+MAX_TASKS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +68,8 @@ class Trajectory:
       num_turns: number of turns played.
       solved: the final step's ``info["solved"]`` (False when the env does not report it).
       info: the final step's info dict.
+      turns: each turn's tokens when the policy kept them (in memory only: trajectory
+        files leave them out), else None.
     """
 
     member: int
@@ -59,6 +82,7 @@ class Trajectory:
     num_turns: int
     solved: bool
     info: dict[str, Any]
+    turns: list[TurnTokens] | None = None
 
 
 def run_episodes(env_factory: EnvFactory, tasks: Sequence[Any], policy: Policy,
@@ -110,6 +134,7 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
     actions: list[list[str]] = [[] for _ in rows]
     rewards: list[list[float]] = [[] for _ in rows]
     infos: list[dict[str, Any]] = [{} for _ in rows]
+    turns: list[list[TurnTokens]] = [[] for _ in rows]
     active = list(range(len(rows)))
     while active:
         if max_turns is not None and len(actions[active[0]]) >= max_turns:
@@ -117,10 +142,14 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
                                f"{max_turns}; it must honour reset(..., max_turns=)")
         replies = policy([conversations[i] for i in active], [rows[i][0] for i in active],
                          [rows[i][1] for i in active])
-        if len(replies) != len(active) or not all(isinstance(r, str) for r in replies):
-            raise ValueError(f"policy must return {len(active)} strings, got {replies!r:.200}")
+        if len(replies) != len(active) or not all(isinstance(r, (str, Reply)) for r in replies):
+            raise ValueError(f"policy must return {len(active)} strings or Replies, got "
+                             f"{replies!r:.200}")
         still_active = []
         for i, reply in zip(active, replies):
+            if isinstance(reply, Reply):
+                reply, tokens = reply
+                turns[i].append(tokens)
             observation, reward, done, info = envs[i].step(reply)
             conversations[i] = add_turn(conversations[i], reply, observation)
             actions[i].append(reply)
@@ -133,7 +162,8 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
         Trajectory(member=member, task_id=str(tasks[t].id), generation=int(generation),
                    messages=conversations[i], actions=actions[i], rewards=rewards[i],
                    total_reward=float(sum(rewards[i])), num_turns=len(actions[i]),
-                   solved=bool(infos[i].get("solved", False)), info=infos[i])
+                   solved=bool(infos[i].get("solved", False)), info=infos[i],
+                   turns=turns[i] if len(turns[i]) == len(actions[i]) else None)
         for i, (member, t) in enumerate(rows)
     ]
     if trajectory_path is not None:
@@ -156,10 +186,11 @@ def member_rewards(trajectories: Sequence[Trajectory], population_size: int) -> 
 
 
 def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> None:
-    """Appends trajectories to a JSONL file (one per line), creating parent folders."""
+    """Appends trajectories (without their turn tokens) to a JSONL file, one per line,
+    creating parent folders."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = "".join(json.dumps(dataclasses.asdict(t)) + "\n"
+    lines = "".join(json.dumps(dataclasses.asdict(dataclasses.replace(t, turns=None))) + "\n"
                     for t in trajectories)
     with open(path, "a", encoding="utf-8") as f:
         f.write(lines)
@@ -168,7 +199,8 @@ def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
     """Reads back every trajectory written by ``write_trajectories``."""
     with open(path, encoding="utf-8") as f:
-        return [Trajectory(**json.loads(line)) for line in f if line.strip()]
+        return [Trajectory(**{k: v for k, v in json.loads(line).items() if k != "turns"})
+                for line in f if line.strip()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +264,7 @@ Generate = Callable[..., Any]
 
 def make_model_policy(model: Any, population: Any, options: Options, *,
                       temperature: float, key: jax.Array | None, generate: Generate,
-                      extra_stop: Sequence[str] = ()) -> Policy:
+                      extra_stop: Sequence[str] = (), keep_tokens: bool = False) -> Policy:
     """A policy that chat-templates each conversation and calls ``generate``.
 
     Args:
@@ -240,10 +272,13 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
       population: the generation's ``es.Population``, or None to act with θ itself.
       options: the rollout settings (token limit, history, reply prefix, sampling).
       temperature: 0 is greedy (training and evaluation use different temperatures).
-      key: sampling key (required when temperature > 0); call k uses fold_in(key, k),
-        and within a call every row of the same task shares one sampling stream.
+      key: sampling key (required when temperature > 0); call k uses fold_in(key, k).
+        Within a call, with a population every row of the same task shares one sampling
+        stream (common random numbers); without one, each (member, task) row has its own
+        (members are then independent samples, e.g. a GRPO group).
       generate: ``models.generate`` or a stand-in with its signature.
       extra_stop: the environment's stop strings.
+      keep_tokens: return ``Reply``s holding each turn's token ids and log-probabilities.
 
     Returns:
       ``policy(conversations, members, task_indices) -> replies``; a reply opens with
@@ -261,12 +296,32 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
                                                        add_generation_prompt=True,
                                                        tokenize=False) + options.reply_prefix
                    for c in conversations]
+        if keep_tokens:  # Tokenised here (as generate would) to keep the ids.
+            prompts = model.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         call_key = None if key is None else jax.random.fold_in(key, next(call_index))
         output = generate(
             model, prompts, **sampling(options, temperature), key=call_key,
             population=population, stop=stop or None,
             members=None if population is None else np.asarray(members, dtype=np.int32),
-            streams=np.asarray(task_indices, dtype=np.int32))
-        return [options.reply_prefix + text for text in output.texts]
+            streams=sample_streams(population is not None, members, task_indices))
+        texts = [options.reply_prefix + text for text in output.texts]
+        if not keep_tokens:
+            return texts
+        return [Reply(text, TurnTokens(list(prompt), list(ids), list(logprobs)))
+                for text, prompt, ids, logprobs in zip(texts, prompts, output.token_ids,
+                                                       output.logprobs)]
 
     return policy
+
+
+def sample_streams(common: bool, members: Sequence[int], task_indices: Sequence[int]
+                   ) -> np.ndarray:
+    """Each row's sampling stream: its task's (``common``, for members of a population) or
+    its own (independent samples of the same policy)."""
+    task_indices = np.asarray(task_indices, dtype=np.int64)
+    if common:
+        return task_indices.astype(np.int32)
+    if task_indices.size and task_indices.max() >= MAX_TASKS:
+        raise ValueError(f"at most {MAX_TASKS} tasks per call, got task index "
+                         f"{task_indices.max()}")
+    return (np.asarray(members, dtype=np.int64) * MAX_TASKS + task_indices).astype(np.int32)

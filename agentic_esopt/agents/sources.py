@@ -85,13 +85,15 @@ class EpisodeRewards:
         return skills.with_skill(self.source.system_prompt, self.options.skill)
 
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
-              key: jax.Array, generation: int, trajectory_path: str | None):
+              key: jax.Array, generation: int, trajectory_path: str | None,
+              samples: int | None = None):
         policy = rollout.make_model_policy(model, population, self.options,
                                            temperature=temperature, key=key,
                                            generate=self.generate,
-                                           extra_stop=self.source.stop)
+                                           extra_stop=self.source.stop,
+                                           keep_tokens=samples is not None)
         return rollout.run_episodes(
-            self.source.env_factory, tasks, policy, range(num_members(population)),
+            self.source.env_factory, tasks, policy, range(samples or num_members(population)),
             system_prompt=self.system_prompt, generation=generation,
             max_turns=self.options.max_turns, trajectory_path=trajectory_path)
 
@@ -99,11 +101,17 @@ class EpisodeRewards:
         tasks = self.source.train_tasks(generation)
         trajectories = self._play(model, population, tasks, self.options.temperature, key,
                                   generation, trajectory_path)
-        return Rewards(
-            rollout.member_rewards(trajectories, num_members(population)),
-            [str(t.id) for t in tasks],
-            dict(success_rate=float(np.mean([t.solved for t in trajectories])),
-                 mean_turns=float(np.mean([t.num_turns for t in trajectories]))))
+        return Rewards(rollout.member_rewards(trajectories, num_members(population)),
+                       [str(t.id) for t in tasks], training_metrics(trajectories))
+
+    def samples(self, model: Any, group_size: int, generation: int, key: jax.Array,
+                trajectory_path: str | None = None) -> list[rollout.Trajectory]:
+        """``group_size`` independent episodes of each of the generation's tasks by
+        ``model.params``, with their turn tokens (a policy-gradient batch); sample-major,
+        then task order."""
+        return self._play(model, None, self.source.train_tasks(generation),
+                          self.options.temperature, key, generation, trajectory_path,
+                          samples=group_size)
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
         trajectories = self._play(model, None, self.source.eval_tasks, self.eval_temperature,
@@ -115,6 +123,12 @@ class EpisodeRewards:
 
     def restore(self, state: dict[str, Any]) -> None:
         del state  # Tasks are a function of (seed, generation): nothing to restore.
+
+
+def training_metrics(trajectories: Any) -> dict[str, float]:
+    """Success rate and mean turns of a generation's training episodes."""
+    return dict(success_rate=float(np.mean([t.solved for t in trajectories])),
+                mean_turns=float(np.mean([t.num_turns for t in trajectories])))
 
 
 def mean_and_standard_error(values) -> tuple[float, float]:

@@ -280,9 +280,10 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
 
 
 def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
-           rope: tuple[jax.Array, jax.Array], mask: jax.Array, cache: KVCache,
-           index: jax.Array, write_index: jax.Array) -> tuple[jax.Array, KVCache]:
-    """Decoder layer ``index``: writes its new keys/values into the cache, then attends."""
+           rope: tuple[jax.Array, jax.Array], mask: jax.Array, cache: KVCache | None,
+           index: jax.Array, write_index: jax.Array) -> tuple[jax.Array, KVCache | None]:
+    """Decoder layer ``index``: writes its new keys/values into the cache (if any), then
+    attends."""
     c = config
     B, T, _ = h.shape
     attn, attn_deltas = layer["attn"], deltas["attn"]
@@ -294,7 +295,10 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
         q = rms_norm(q, attn["q_norm"]["scale"], attn_deltas["q_norm"]["scale"], c.rms_norm_eps)
         k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    attended, cache = cached_attention(q, k, v, mask, cache, index, write_index)
+    if cache is None:  # A whole sequence at once: it attends to its own keys.
+        attended = attention(q, k, v, mask)
+    else:
+        attended, cache = cached_attention(q, k, v, mask, cache, index, write_index)
     h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
     x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
                  c.rms_norm_eps)
@@ -319,8 +323,8 @@ def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
 
 
 def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
-            positions: jax.Array, kv_mask: jax.Array, cache: KVCache, write_index: jax.Array
-            ) -> tuple[jax.Array, KVCache]:
+            positions: jax.Array, kv_mask: jax.Array, cache: KVCache | None,
+            write_index: jax.Array, remat: bool = False) -> tuple[jax.Array, KVCache | None]:
     """Runs the decoder over new tokens, attending to the cache; returns final hidden states.
 
     Args:
@@ -331,8 +335,11 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
       positions: (B, T) rotary positions of the new tokens.
       kv_mask: (B, S) True for cache slots holding real tokens (including the new ones).
       cache: the KV cache with S slots (a ``qwen3_5.HybridCache`` for hybrid configs,
-        which ``qwen3_5.forward`` runs).
+        which ``qwen3_5.forward`` runs), or None for a whole sequence without a cache
+        (then S = T and ``write_index`` is 0).
       write_index: scalar slot of the first new token.
+      remat: recompute each layer's activations in the backward pass
+        (``jax.checkpoint`` of the layer scan's body) instead of storing them.
 
     Returns:
       Final-normed hidden states (B, T, d) and the updated cache.
@@ -341,7 +348,7 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
         from agentic_esopt.models import qwen3_5  # pylint: disable=import-outside-toplevel
 
         return qwen3_5.forward(config, params, deltas, tokens, positions, kv_mask, cache,
-                               write_index)
+                               write_index, remat)
     mask = causal_mask(kv_mask, write_index, tokens.shape[1])
     h = embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
     rope = rope_tables(config, positions, h.dtype)
@@ -351,6 +358,8 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
         layer, layer_deltas, index = xs
         return _layer(config, h, layer, layer_deltas, rope, mask, cache, index, write_index), None
 
+    if remat:
+        body = jax.checkpoint(body)
     xs = (params["layers"], deltas["layers"], jnp.arange(config.num_layers))
     (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
     h = rms_norm(h, params["final_norm"]["scale"], deltas["final_norm"]["scale"],
@@ -397,12 +406,21 @@ def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
 
 
+def hidden_states(config: ModelConfig, params: PyTree, deltas: PyTree, input_ids: jax.Array,
+                  attention_mask: jax.Array, remat: bool = False) -> jax.Array:
+    """Final-normed hidden states (B, T, d) of a (left-)padded batch without a persistent
+    cache; ``remat`` recomputes layer activations in the backward pass (see ``forward``)."""
+    mask = attention_mask.astype(bool)
+    # Hybrid models carry their recurrent states in a cache; attention-only models need none.
+    cache = (empty_cache(config, input_ids.shape[0], input_ids.shape[1],
+                         params["embed"]["embedding"].dtype) if config.is_hybrid else None)
+    h, _ = forward(config, params, deltas, input_ids, positions_from_mask(mask), mask, cache,
+                   jnp.int32(0), remat)
+    return h
+
+
 def logits(config: ModelConfig, params: PyTree, deltas: PyTree, input_ids: jax.Array,
            attention_mask: jax.Array) -> jax.Array:
     """float32 logits (B, T, V) of a (left-)padded batch without a persistent cache."""
-    mask = attention_mask.astype(bool)
-    cache = empty_cache(config, input_ids.shape[0], input_ids.shape[1],
-                        params["embed"]["embedding"].dtype)
-    h, _ = forward(config, params, deltas, input_ids, positions_from_mask(mask), mask, cache,
-                   jnp.int32(0))
-    return lm_head(config, params, deltas, h)
+    return lm_head(config, params, deltas,
+                   hidden_states(config, params, deltas, input_ids, attention_mask))

@@ -268,7 +268,7 @@ def _slot(tree: PyTree, i: int) -> PyTree:
 
 def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
             positions: jax.Array, kv_mask: jax.Array, cache: HybridCache,
-            write_index: jax.Array) -> tuple[jax.Array, HybridCache]:
+            write_index: jax.Array, remat: bool = False) -> tuple[jax.Array, HybridCache]:
     """``decoder.forward`` for hybrid models (same arguments, a ``HybridCache``)."""
     c = config
     mask = decoder.causal_mask(kv_mask, write_index, tokens.shape[1])
@@ -304,6 +304,9 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
                                       d["post_attn_norm"]["scale"], c.rms_norm_eps)
             h = h + decoder.mlp(x, p["mlp"], d["mlp"])
         return (h, cache), None
+
+    if remat:
+        body = jax.checkpoint(body)
 
     def split(tree):
         mixers = {name: _grouped(tree[name], groups)

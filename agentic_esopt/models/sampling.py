@@ -44,11 +44,16 @@ class GenerationOutput(NamedTuple):
       token_ids: generated ids (including a final EOS; up to the token completing a stop
         string).
       finish_reasons: "stop" (EOS or stop string) or "length" (max_new_tokens reached).
+      logprobs: float32 log-probability of each generated token under the distribution it
+        was sampled from before truncation: ``log_softmax(logits / temperature)`` (the
+        temperature is 1 when greedy; top-k, top-p and penalties are not applied), one per
+        entry of ``token_ids`` (what a policy gradient's importance ratio needs).
     """
 
     texts: list[str]
     token_ids: list[list[int]]
     finish_reasons: list[str]
+    logprobs: list[list[float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +77,8 @@ class DecodeState(NamedTuple):
       logits: (B, V) float32 logits for the next token.
       positions: (B,) rotary position of the next token.
       tokens: (B, N) generated tokens.
+      logprobs: (B, N) float32 log-probabilities of the generated tokens (see
+        ``GenerationOutput``).
       done: (B,) rows that hit EOS (or a stop string, set by the host).
       step: () tokens generated so far.
     """
@@ -81,6 +88,7 @@ class DecodeState(NamedTuple):
     logits: jax.Array
     positions: jax.Array
     tokens: jax.Array
+    logprobs: jax.Array
     done: jax.Array
     step: jax.Array
 
@@ -144,6 +152,7 @@ def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Ar
                        logits=decoder.lm_head(config, params, deltas, h[:, -1]),
                        positions=mask.sum(axis=-1).astype(jnp.int32),
                        tokens=jnp.zeros((batch, new_tokens), jnp.int32),
+                       logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
                        done=jnp.zeros((batch,), bool), step=jnp.int32(0))
 
 
@@ -162,6 +171,8 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
         keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, s.step)
         logits = penalize(s.logits, s.tokens, s.step, penalties) if mode.penalized else s.logits
         token = sample_tokens(logits, keys, mode, temperature, top_p)
+        logprob = jnp.take_along_axis(jax.nn.log_softmax(s.logits / temperature),
+                                      token[:, None], axis=-1)[:, 0]
         slot = prompt_len + s.step
         kv_mask = s.kv_mask.at[:, slot].set(True)
         h, cache = decoder.forward(config, params, deltas, token[:, None], s.positions[:, None],
@@ -170,6 +181,7 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
                            logits=decoder.lm_head(config, params, deltas, h[:, 0]),
                            positions=s.positions + 1,
                            tokens=s.tokens.at[:, s.step].set(token),
+                           logprobs=s.logprobs.at[:, s.step].set(logprob),
                            done=s.done | jnp.isin(token, eos_ids), step=s.step + 1)
 
     return jax.lax.while_loop(unfinished, step, state)
@@ -255,7 +267,7 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
         raise ValueError("generate needs a model with a tokenizer to decode its outputs.")
     token_lists = _tokenize(tokenizer, prompts, model.config.vocab_size)
     if not token_lists:
-        return GenerationOutput([], [], [])
+        return GenerationOutput([], [], [], [])
     settings = _Settings.build(model.config, tokenizer, max_new_tokens, temperature, top_k,
                                top_p, key, stop, (presence_penalty, frequency_penalty))
     members = _check_members(population, members, len(token_lists))
@@ -269,8 +281,9 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
     else:
         results = _generate_batch(model.config, model.params, token_lists, streams, settings,
                                   population, members)
-    texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids in results))
-    return GenerationOutput(list(texts), list(token_ids), list(reasons))
+    texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids, _ in results))
+    logprobs = [row_logprobs[:len(ids)] for (_, row_logprobs), ids in zip(results, token_ids)]
+    return GenerationOutput(list(texts), list(token_ids), list(reasons), logprobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,8 +326,6 @@ class _Settings:
         eos_ids = set(config.eos_token_ids)
         if tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
-        pad_id = next(i for i in (tokenizer.pad_token_id, config.pad_token_id,
-                                  tokenizer.eos_token_id, 0) if i is not None)
         mode = SamplingMode(
             greedy=greedy,
             top_k=None if greedy or top_k is None else min(top_k, config.vocab_size),
@@ -324,8 +335,15 @@ class _Settings:
                    temperature=float(temperature) if not greedy else 1.0,
                    top_p=float(top_p or 1.0),
                    penalties=(float(penalties[0]), float(penalties[1])), key=_typed_key(key),
-                   eos_ids=tuple(sorted(eos_ids)), stop=stop, pad_id=pad_id,
+                   eos_ids=tuple(sorted(eos_ids)), stop=stop,
+                   pad_id=pad_id(config, tokenizer),
                    decode=functools.partial(tokenizer.decode, skip_special_tokens=True))
+
+
+def pad_id(config: ModelConfig, tokenizer: Any) -> int:
+    """The id that fills padded slots (any id would do: they are masked)."""
+    return next(i for i in (tokenizer.pad_token_id, config.pad_token_id,
+                            tokenizer.eos_token_id, 0) if i is not None)
 
 
 def _typed_key(key: jax.Array | int | None) -> jax.Array:
@@ -403,8 +421,10 @@ def _run_each_member(params: PyTree, population: es_noise.Population, members: n
 def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[int]],
                     streams: list[int], settings: _Settings,
                     population: es_noise.Population | None = None,
-                    members: np.ndarray | None = None) -> list[list[int]]:
-    """Generated ids per row (cut after EOS) for one left-padded, bucketed batch."""
+                    members: np.ndarray | None = None
+                    ) -> list[tuple[list[int], list[float]]]:
+    """(generated ids (cut after EOS), their log-probabilities) per row of one left-padded,
+    bucketed batch."""
     batch = len(token_lists)
     padded_batch = bucket(batch)
     prompt_len = bucket(max(len(ids) for ids in token_lists), MIN_PROMPT_BUCKET)
@@ -445,7 +465,9 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
         if done.all():
             break
     generated = np.asarray(state.tokens[:batch, :steps])
-    return [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
+    logprobs = np.asarray(state.logprobs[:batch, :steps])
+    rows = [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
+    return [(ids, row_logprobs[:len(ids)].tolist()) for ids, row_logprobs in zip(rows, logprobs)]
 
 
 def _cut_after_eos(ids: list[int], eos_ids: tuple[int, ...]) -> list[int]:

@@ -9,7 +9,7 @@ workdir's ``config.json``) with the sections
   rollout  how agents play: turns, tokens, sampling, history, skill (``agents.rollout.Options``)
   eval     held-out evaluation                                    (``EvalOptions``, here)
   env      ``name`` plus that environment's own options           (the env's ``Options``)
-  update   the update rule: ``name`` = es | none                  (``UpdateOptions``, here)
+  update   the update rule: ``name`` = es | grpo | none, GRPO's settings (``UpdateOptions``)
 
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
@@ -31,8 +31,8 @@ from agentic_esopt.es import strategy as es_strategy
 from agentic_esopt.models import loading
 
 # Independent key streams derived from the seed.
-ES_STREAM, TRAIN_SAMPLING_STREAM, EVAL_SAMPLING_STREAM = 0, 1, 2
-UPDATE_RULES = ("es", "none")
+ES_STREAM, TRAIN_SAMPLING_STREAM, EVAL_SAMPLING_STREAM, GRPO_SHUFFLE_STREAM = 0, 1, 2, 3
+UPDATE_RULES = ("es", "grpo", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +80,44 @@ class EvalOptions:
 
 @dataclasses.dataclass(frozen=True)
 class UpdateOptions:
-    """Which update rule turns rewards into new parameters."""
+    """Which update rule turns rewards into new parameters, and GRPO's settings (the
+    ``es`` section configures ES)."""
 
-    name: str = options_lib.field("es", "es (the population update) or none (the "
-                                        "unperturbed policy acts, nothing is learned).")
+    name: str = options_lib.field("es", "es (the population update), grpo (the policy-"
+                                        "gradient baseline) or none (the unperturbed "
+                                        "policy acts, nothing is learned).")
+    group_size: int = options_lib.field(8, "GRPO: sampled episodes per task (G); tasks per "
+                                           "step are rollout.tasks_per_generation.")
+    learning_rate: float = options_lib.field(1e-6, "GRPO: AdamW learning rate.")
+    weight_decay: float = options_lib.field(0.0, "GRPO: AdamW decoupled weight decay.")
+    clip_epsilon: float = options_lib.field(0.2, "GRPO: ratio clip ε, ρ ∈ [1-ε, 1+ε].")
+    kl_beta: float = options_lib.field(1e-3, "GRPO: weight β of the k3 KL estimate against "
+                                             "the frozen initial parameters.")
+    minibatch_size: int = options_lib.field(8, "GRPO: turns (prompt + reply sequences) per "
+                                               "optimiser step.")
+    epochs: int = options_lib.field(1, "GRPO: passes over a step's turns.")
+    max_grad_norm: float = options_lib.field(1.0, "GRPO: clip the gradient's global norm "
+                                                  "(0 = off).")
+    remat: bool = options_lib.field(True, "GRPO: recompute layer activations in the "
+                                          "backward pass (gradient checkpointing).")
 
     def problems(self) -> list[str]:
-        return [] if self.name in UPDATE_RULES else [
-            f"name: unknown update rule {self.name!r}; choose one of {UPDATE_RULES}"]
+        problems: list[str] = []
+        check = options_lib.checker(problems)
+        check(self.name in UPDATE_RULES,
+              f"name: unknown update rule {self.name!r}; choose one of {UPDATE_RULES}")
+        check(self.group_size >= 2, f"group_size must be >= 2 (advantages compare samples "
+                                    f"of a task), got {self.group_size}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        check(self.clip_epsilon > 0, f"clip_epsilon must be > 0, got {self.clip_epsilon}")
+        check(self.kl_beta >= 0, f"kl_beta must be >= 0, got {self.kl_beta}")
+        check(self.minibatch_size >= 1,
+              f"minibatch_size must be >= 1, got {self.minibatch_size}")
+        check(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")
+        check(self.max_grad_norm >= 0,
+              f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        return problems
 
 
 SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_strategy.Options,
@@ -155,9 +185,11 @@ def _cross_section_problems(built: Mapping[str, Any]) -> list[str]:
     """Problems that involve more than one section."""
     problems: list[str] = []
     warmup, generations = built["es"].sigma_warmup, built["run"].generations
-    options_lib.checker(problems)(warmup < generations,
-                                  f"es.sigma_warmup ({warmup}) must be < run.generations "
-                                  f"({generations})")
+    check = options_lib.checker(problems)
+    check(warmup < generations,
+          f"es.sigma_warmup ({warmup}) must be < run.generations ({generations})")
+    check(built["update"].name != "grpo" or built["rollout"].temperature > 0,
+          "update.name=grpo samples a group per task: rollout.temperature must be > 0")
     return problems
 
 
@@ -166,12 +198,16 @@ def make_strategy(config: TrainConfig) -> es_strategy.Strategy:
     return es_strategy.from_options(config.es, config.run.generations)
 
 
+def stream_key(config: TrainConfig, stream: int) -> jax.Array:
+    """The key of one of the run's independent streams (``*_STREAM``)."""
+    return jax.random.fold_in(jax.random.key(config.run.seed), stream)
+
+
 def run_key(config: TrainConfig) -> jax.Array:
     """The ES run key (member noise derives from it)."""
-    return jax.random.fold_in(jax.random.key(config.run.seed), ES_STREAM)
+    return stream_key(config, ES_STREAM)
 
 
 def sampling_key(config: TrainConfig, stream: int, generation: int) -> jax.Array:
     """The sampling key of one generation's rollouts; the policy folds in the turn."""
-    return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.run.seed), stream),
-                              generation)
+    return jax.random.fold_in(stream_key(config, stream), generation)

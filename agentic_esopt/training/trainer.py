@@ -46,6 +46,9 @@ def make_reward_source(config: TrainConfig, files: RunFiles,
     if isinstance(source, envs.TaskSource):
         return agents.sources.EpisodeRewards(source, config.rollout, config.eval.temperature,
                                              generate)
+    if config.update.name == "grpo":
+        raise ValueError(f"update.name=grpo trains on multi-turn episodes; environment "
+                         f"{config.env_name!r} is a heuristic search (use es or none)")
     members = config.es.population_size if config.update.name == "es" else 1
     budget = sys.maxsize  # run.generations bounds the search: one batch per generation
     if config.env.search == "eoh":

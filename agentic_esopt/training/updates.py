@@ -6,6 +6,8 @@ trajectory_path) -> (state, StepResult)``: one generation. Rules are chosen by
 ``update.name``:
 
 * ``es``: Agentic ESOpt. ask → every member's reward from the source → tell.
+* ``grpo``: the policy-gradient baseline: G sampled episodes per task → group advantages
+  → AdamW on the clipped loss over every turn (``training.grpo``).
 * ``none``: the unperturbed policy acts and nothing is learned (the baseline of a
   search without ES, e.g. EoH or Sample alone).
 """
@@ -13,6 +15,7 @@ trajectory_path) -> (state, StepResult)``: one generation. Rules are chosen by
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import flax.struct
@@ -20,9 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import optax
+
 from agentic_esopt import es
 from agentic_esopt.agents import sources
+from agentic_esopt.models import sampling
 from agentic_esopt.training import config as config_lib
+from agentic_esopt.training import grpo
 
 PyTree = Any
 
@@ -93,8 +100,65 @@ class FrozenRule:
         return state, StepResult(None, rewards, reward_statistics(rewards.rewards))
 
 
-def make_rule(config: config_lib.TrainConfig) -> ESRule | FrozenRule:
+@dataclasses.dataclass(frozen=True)
+class GRPORule:
+    """GRPO: G sampled episodes per task, group advantages, AdamW on every turn.
+
+    Attributes:
+      options: the ``update`` section (group size, AdamW, ε, β, mini-batches, remat).
+      temperature: the rollout temperature (that of the log-probabilities).
+      shuffle_key: seeds each step's mini-batch order (folded with the generation).
+    """
+
+    options: config_lib.UpdateOptions
+    temperature: float
+    shuffle_key: jax.Array
+    writes_history = False
+
+    @functools.cached_property
+    def optimizer(self) -> optax.GradientTransformation:
+        return grpo.make_optimizer(self.options.learning_rate, self.options.weight_decay,
+                                   self.options.max_grad_norm)
+
+    def init(self, params: PyTree) -> grpo.GRPOState:
+        """The policy starts as a copy of ``params``, which stay the frozen reference."""
+        return grpo.GRPOState(params=jax.tree.map(jnp.copy, params),
+                              opt_state=self.optimizer.init(params), reference=params,
+                              generation=jnp.zeros((), jnp.int32))
+
+    def step(self, state: grpo.GRPOState, source: sources.EpisodeRewards, model: Any,
+             key: jax.Array, trajectory_path: str | None
+             ) -> tuple[grpo.GRPOState, StepResult]:
+        generation, group_size = int(state.generation), self.options.group_size
+        trajectories = source.samples(dataclasses.replace(model, params=state.params),
+                                      group_size, generation, key, trajectory_path)
+        advantages = grpo.trajectory_advantages(trajectories, group_size)
+        examples = grpo.turn_examples(trajectories, advantages)
+        hyper = grpo.Hyper(self.temperature, self.options.clip_epsilon, self.options.kl_beta,
+                           self.options.remat)
+        params, opt_state, metrics = grpo.learn(
+            model.config, hyper, self.optimizer, state.params, state.opt_state,
+            state.reference, examples, self.options.minibatch_size, self.options.epochs,
+            sampling.pad_id(model.config, model.tokenizer),
+            jax.random.fold_in(self.shuffle_key, generation))
+        rewards = np.array([t.total_reward for t in trajectories], np.float64)
+        first_sample = trajectories[:len(trajectories) // group_size]
+        metrics = {**reward_statistics(rewards), **metrics,
+                   "learning_rate": self.options.learning_rate,
+                   "num_examples": float(len(examples)),
+                   "zero_advantage_fraction": float(np.mean(advantages == 0))}
+        state = state.replace(params=params, opt_state=opt_state,
+                              generation=state.generation + 1)
+        return state, StepResult(None, sources.Rewards(
+            rewards, [t.task_id for t in first_sample], sources.training_metrics(trajectories)),
+                                 metrics)
+
+
+def make_rule(config: config_lib.TrainConfig) -> ESRule | GRPORule | FrozenRule:
     """The update rule ``config.update.name`` names."""
     if config.update.name == "es":
         return ESRule(config_lib.make_strategy(config), config_lib.run_key(config))
+    if config.update.name == "grpo":
+        return GRPORule(config.update, config.rollout.temperature,
+                        config_lib.stream_key(config, config_lib.GRPO_SHUFFLE_STREAM))
     return FrozenRule()

@@ -21,23 +21,28 @@ import digits_env  # pylint: disable=wrong-import-position
 
 # 5 generations, checkpoints after 2, 4 and 5: a kill usually loses generations to redo.
 CONFIG = digits_env.TINY.replace(run=dict(generations=5, checkpoint_every=2))
+# Each update rule's config and its flags on top of the digits config file.
+RULES = {"es": (CONFIG, []),
+         "grpo": (CONFIG.replace(update=dict(name="grpo", group_size=4, learning_rate=1e-3)),
+                  ["--config.update.name=grpo", "--config.update.group_size=4",
+                   "--config.update.learning_rate=1e-3"])}
 
 
-def command_line(workdir):
-    """The digits launcher on the digits config file, overridden to ``CONFIG``."""
+def command_line(workdir, rule):
+    """The digits launcher on the digits config file, overridden to ``RULES[rule]``."""
     return [sys.executable, os.path.join(HERE, "digits_launcher.py"),
             f"--config={os.path.join(HERE, 'digits_config.py')}",
             "--config.run.generations=5", "--config.run.checkpoint_every=2",
-            f"--workdir={workdir}"]
+            *RULES[rule][1], f"--workdir={workdir}"]
 
 
-def launch(workdir, cache_dir, log_path):
+def launch(workdir, cache_dir, log_path, rule="es"):
     # A shared persistent compilation cache makes the later processes start fast.
     env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     log = open(log_path, "w")
-    return subprocess.Popen(command_line(workdir), cwd=REPO, env=env, stdout=log,
+    return subprocess.Popen(command_line(workdir, rule), cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
@@ -45,45 +50,51 @@ def finish(process, log_path):
     assert process.wait(timeout=300) == 0, open(log_path).read()[-3000:]
 
 
-def generations_recorded(history_path):
+def generations_recorded(workdir):
+    """Training generations logged so far."""
     try:
-        return len(es.history.read(history_path)[1])
-    except (FileNotFoundError, es.history.HistoryError):
+        return sum(r["kind"] == "train"
+                   for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl")))
+    except FileNotFoundError:
         return 0
 
 
-def restore_final_state(workdir):
-    return checkpoint.restore_workdir_state(training.RunFiles(workdir), CONFIG,
+def restore_final_state(workdir, config):
+    return checkpoint.restore_workdir_state(training.RunFiles(workdir), config,
                                             models.load("tiny").params)
 
 
 def run_records(workdir):
-    """History generation records and metrics records, without wall times."""
-    generations = es.history.read(os.path.join(workdir, "history.jsonl"))[1]
+    """History generation records (ES) and metrics records, without wall times."""
+    history = os.path.join(workdir, "history.jsonl")
+    generations = es.history.read(history)[1] if os.path.exists(history) else []
     logged = metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
     return [{k: v for k, v in r.items() if k not in ("wall_time", "wall_time_s")}
             for r in generations + logged]
 
 
+@pytest.mark.parametrize("rule", sorted(RULES))
 @pytest.mark.parametrize("kill_after", [random.Random().randint(1, 4)])
-def test_kill_and_rerun_ends_bitwise_identical(tmp_path, kill_after):
+def test_kill_and_rerun_ends_bitwise_identical(tmp_path, kill_after, rule):
+    config = RULES[rule][0]
     cache = tmp_path / "jax_cache"
     reference = str(tmp_path / "reference")
-    finish(launch(reference, cache, tmp_path / "reference.log"), tmp_path / "reference.log")
-    assert training.checkpoint.load_config(training.RunFiles(reference)) == CONFIG
+    finish(launch(reference, cache, tmp_path / "reference.log", rule),
+           tmp_path / "reference.log")
+    assert training.checkpoint.load_config(training.RunFiles(reference)) == config
 
     killed = str(tmp_path / "killed")
-    history = os.path.join(killed, "history.jsonl")
-    process = launch(killed, cache, tmp_path / "first.log")
-    while generations_recorded(history) < kill_after:
+    process = launch(killed, cache, tmp_path / "first.log", rule)
+    while generations_recorded(killed) < kill_after:
         assert process.poll() is None, open(tmp_path / "first.log").read()[-3000:]
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run ended before it was killed"
-    finish(launch(killed, cache, tmp_path / "second.log"), tmp_path / "second.log")
+    finish(launch(killed, cache, tmp_path / "second.log", rule), tmp_path / "second.log")
 
-    final, expected = restore_final_state(killed), restore_final_state(reference)
+    final, expected = restore_final_state(killed, config), restore_final_state(reference,
+                                                                               config)
     assert int(final.generation) == 5
     for a, b in zip(jax.tree.leaves(final), jax.tree.leaves(expected), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -88,6 +88,27 @@ def test_every_config_file_is_valid(name):
     assert config.env_name in ("sudoku", "ahd", "math_react")
 
 
+@pytest.mark.parametrize("profile, sampling", [("", (0.7, 0.8, 20)), (":t1", (1.0, 1.0, 0))])
+def test_sudoku_grpo_config_mirrors_the_reference(profile, sampling):
+    config = launch.train_config(parsed(
+        config_file=f"experiments/configs/sudoku_grpo.py{profile}"))
+    assert (config.update.name, config.update.group_size, config.update.learning_rate) == (
+        "grpo", 8, 1e-6)
+    assert config.rollout.tasks_per_generation == 32 and config.env.board_size == 9
+    assert (config.rollout.temperature, config.rollout.top_p, config.rollout.top_k) == sampling
+
+
+def test_bad_grpo_flags_fail_before_loading_anything():
+    result = run_launcher("--config.update.name=grpo", "--config.update.clip_epsilon=0",
+                          "--config.update.group_size=1", "--config.update.learning_rate=-1",
+                          "--workdir=/nonexistent/never-created")
+    assert result.returncode != 0
+    for message in ("clip_epsilon must be > 0", "group_size must be >= 2",
+                    "learning_rate must be > 0"):
+        assert message in result.stderr
+    assert not os.path.exists("/nonexistent/never-created")
+
+
 def test_math_react_config_mirrors_the_reference():
     config = launch.train_config(parsed(config_file="experiments/configs/math_react.py"))
     assert (config.es.population_size, config.es.learning_rate, config.run.generations) == (
@@ -183,13 +204,15 @@ def test_two_generation_tiny_run_writes_everything(tmp_path):
     assert all(a.startswith("set ") and "\n" not in a for e in episodes for a in e.actions)
 
 
-def test_contract_smoke_command_resumes_without_redoing_a_generation(tmp_path):
+@pytest.mark.parametrize("rule", ["es", "grpo"])
+def test_contract_smoke_command_resumes_without_redoing_a_generation(tmp_path, rule):
     command = ["--config=experiments/configs/cpu_default.py", "--config.model.name=tiny",
                "--config.run.generations=2", "--config.es.population_size=4",
-               "--config.eval.size=8", f"--workdir={tmp_path}"]
+               "--config.eval.size=8", f"--config.update.name={rule}", f"--workdir={tmp_path}"]
     first = run_launcher(*command)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert len(es.history.read(tmp_path / "history.jsonl")[1]) == 2
+    if rule == "es":
+        assert len(es.history.read(tmp_path / "history.jsonl")[1]) == 2
     train_lines = lambda: [r for r in training.metrics.read_metrics(tmp_path / "metrics.jsonl")
                            if r["kind"] == "train"]
     before = train_lines()
