@@ -178,6 +178,23 @@ def test_zero_advantages_move_params_only_through_weight_decay(model):
                                                         jax.tree.leaves(model.params)))
 
 
+def test_bfloat16_params_train_with_float32_moments(model):
+    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), model.params)
+    bf16 = dataclasses.replace(model, params=params)
+    rule_ = rule()[0]
+    state = rule_.init(params)
+    examples = list(zip(sampled_turns(model, ["p one", "p two"]), [1.0, -1.0]))
+    moved, opt_state, metrics = grpo.learn(
+        model.config, HYPER, rule_.optimizer, state.params, state.opt_state, state.reference,
+        examples, 4, 1, 0, jax.random.key(0))
+    assert np.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(moved))
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(moved),
+                                                        jax.tree.leaves(bf16.params)))
+    first_moments = [x for x in jax.tree.leaves(opt_state) if x.ndim == 2]
+    assert first_moments and any(x.dtype == jnp.float32 for x in first_moments)
+
+
 def test_samples_are_independent_and_keep_their_tokens(model):
     config = digits_env.TINY.replace(update=GRPO_VALUES)
     source = sources.EpisodeRewards(digits_env.make_source(config.env, config.splits),
