@@ -10,6 +10,7 @@ their parameters rather than by sampling luck.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -105,8 +106,9 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
           policy: Policy, system_prompt: str | None, generation: int,
           max_turns: int | None, trajectory_path: str | Path | None) -> list[Trajectory]:
     """The turn loop of ``run_episodes`` over already-made environments."""
-    conversations = [initial_messages(system_prompt, env.reset(tasks[t], max_turns=max_turns))
-                     for env, (_, t) in zip(envs, rows)]
+    first = _each_env(envs, range(len(rows)),
+                      lambda i: envs[i].reset(tasks[rows[i][1]], max_turns=max_turns))
+    conversations = [initial_messages(system_prompt, observation) for observation in first]
     actions: list[list[str]] = [[] for _ in rows]
     rewards: list[list[float]] = [[] for _ in rows]
     infos: list[dict[str, Any]] = [{} for _ in rows]
@@ -119,9 +121,10 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
                          [rows[i][1] for i in active])
         if len(replies) != len(active) or not all(isinstance(r, str) for r in replies):
             raise ValueError(f"policy must return {len(active)} strings, got {replies!r:.200}")
+        reply_of = dict(zip(active, replies))
+        results = _each_env(envs, active, lambda i: envs[i].step(reply_of[i]))
         still_active = []
-        for i, reply in zip(active, replies):
-            observation, reward, done, info = envs[i].step(reply)
+        for i, reply, (observation, reward, done, info) in zip(active, replies, results):
             conversations[i] = add_turn(conversations[i], reply, observation)
             actions[i].append(reply)
             rewards[i].append(float(reward))
@@ -139,6 +142,16 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
     if trajectory_path is not None:
         write_trajectories(trajectory_path, trajectories)
     return trajectories
+
+
+def _each_env(envs: list[Any], indices: Sequence[int], call: Callable[[int], Any]) -> list[Any]:
+    """``[call(i) for i in indices]``, in parallel threads when every environment says it
+    is ``concurrent`` (its calls wait on other processes, e.g. browsers)."""
+    indices = list(indices)
+    if len(indices) < 2 or not all(getattr(env, "concurrent", False) for env in envs):
+        return [call(i) for i in indices]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(indices)) as threads:
+        return list(threads.map(call, indices))
 
 
 def member_rewards(trajectories: Sequence[Trajectory], population_size: int) -> np.ndarray:
