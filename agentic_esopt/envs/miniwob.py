@@ -16,8 +16,7 @@ import functools
 
 from agentic_esopt import options as options_lib
 from agentic_esopt.envs import base
-from agentic_esopt.envs.web import actions
-from agentic_esopt.envs.web.env import WebEnv, WebTask, system_prompt
+from agentic_esopt.envs.web.env import WebTask, episode_problems, task_source
 from agentic_esopt.envs.web.pool import BrowserPool
 
 # Multi-step pages solvable from the accessibility tree.
@@ -94,34 +93,13 @@ class Options:
         check(not unknown, f"tasks {unknown} are not MiniWoB pages")
         check(self.train_instances >= 1,
               f"train_instances must be >= 1, got {self.train_instances}")
-        check(self.max_turns >= 1, f"max_turns must be >= 1, got {self.max_turns}")
-        check(self.observation_tokens >= 50,
-              f"observation_tokens must be >= 50, got {self.observation_tokens}")
-        check(self.action_format in actions.FORMATS,
-              f"action_format must be one of {actions.FORMATS}, got {self.action_format!r}")
-        check(self.browsers >= 1, f"browsers must be >= 1, got {self.browsers}")
-        check(self.timeout_ms >= 100, f"timeout_ms must be >= 100, got {self.timeout_ms}")
+        problems.extend(episode_problems(self))
         return problems
-
-
-def env_factory(options: Options, pool: BrowserPool):
-    """Makes one ``WebEnv`` per episode, all on ``pool``."""
-    return lambda: WebEnv(pool, max_turns=options.max_turns,
-                          observation_tokens=options.observation_tokens,
-                          action_format=options.action_format, timeout_ms=options.timeout_ms)
 
 
 def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
     """The MiniWoB task source (starts no browser until the first episode)."""
     pages = tuple(dict.fromkeys(options.pages))
-    train = instances(pages, "train", options.train_instances)
-    if splits.tasks_per_generation > len(train):
-        raise ValueError(f"tasks_per_generation={splits.tasks_per_generation} exceeds the "
-                         f"{len(train)} training instances")
-    pool = BrowserPool(options.browsers)
-    return base.TaskSource(
-        env_factory=env_factory(options, pool),
-        system_prompt=system_prompt(options.action_format),
-        train_tasks=lambda g: base.sample_generation_tasks(train, splits.tasks_per_generation,
-                                                           splits.seed, g),
-        eval_tasks=instances(pages, splits.eval_split, splits.eval_size))
+    return task_source(options, BrowserPool(options.browsers),
+                       instances(pages, "train", options.train_instances),
+                       instances(pages, splits.eval_split, splits.eval_size), splits)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import warnings
 from typing import Any
 
 FORMATS = ("browsergym", "webrl")
@@ -104,7 +105,9 @@ def _arguments(name: str, argument_text: str, table: dict) -> dict[str, Any]:
     """The call's arguments by parameter name; ValueError with the reason otherwise."""
     parameters, required = table[name]
     try:
-        call = ast.parse(f"f({argument_text})", mode="eval").body
+        with warnings.catch_warnings():  # "\," in a model's string is not our warning
+            warnings.simplefilter("ignore", (DeprecationWarning, SyntaxWarning))
+            call = ast.parse(f"f({argument_text})", mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         raise ValueError(f"the arguments of {name}(...) are not valid literals") from error
     if len(call.args) > len(parameters):

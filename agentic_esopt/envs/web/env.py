@@ -18,6 +18,8 @@ import itertools
 import re
 from typing import Any
 
+from agentic_esopt import options as options_lib
+from agentic_esopt.envs import base
 from agentic_esopt.envs.base import StepResult
 from agentic_esopt.envs.web import actions
 from agentic_esopt.envs.web.pool import BrowserPool, BrowserWorker, WorkerError, WorkerGone
@@ -27,25 +29,25 @@ _BID = re.compile(r"\[([^\[\]\s]+)\]")
 _EPISODE_IDS = itertools.count()
 
 BROWSERGYM_HELP = """\
-Reply with exactly one action, written as a function call:
-click('bid')                 click an element
-fill('bid', 'text')          type text into a field (replaces its content)
-select_option('bid', 'opt')  choose an option of a drop-down list
-press('bid', 'Enter')        press a key (or a combination like 'Control+a') in an element
-hover('bid'), dblclick('bid'), focus('bid'), clear('bid'), check('bid'), uncheck('bid')
-scroll(0, 300)               scroll the page down (negative: up)
-send_msg_to_user('answer')   give the answer when the task asks a question
+Reply with exactly one action, written as a function call on an element's id:
+click('12')                 click element [12]
+fill('15', 'some text')     type text into field [15] (replaces its content)
+select_option('7', 'Red')   choose an option of drop-down list [7]
+press('15', 'Enter')        press a key (or a combination like 'Control+a') in element [15]
+hover('12'), dblclick('12'), focus('12'), clear('15'), check('9'), uncheck('9')
+scroll(0, 300)              scroll the page down (negative: up)
+send_msg_to_user('answer')  give the answer when the task asks a question
 go_back(), go_forward(), goto('url'), noop()"""
 WEBRL_HELP = """\
-Reply with exactly one action:
-do(action="Click", element="bid")
-do(action="Type", argument="text", element="bid")
-do(action="Search", argument="text", element="bid")     type, then press Enter
-do(action="Select Dropdown Option", argument="option", element="bid")
-do(action="Press Enter", element="bid"), do(action="Hover", element="bid")
+Reply with exactly one action on an element's id:
+do(action="Click", element="12")
+do(action="Type", argument="some text", element="15")
+do(action="Search", argument="some text", element="15")     type, then press Enter
+do(action="Select Dropdown Option", argument="Red", element="7")
+do(action="Press Enter", element="15"), do(action="Hover", element="12")
 do(action="Scroll Down"), do(action="Scroll Up"), do(action="Go Backward"),
 do(action="Go Forward"), do(action="Wait")
-exit(message="answer")       finish, with the answer when the task asks a question"""
+exit(message="answer")      finish, with the answer when the task asks a question"""
 
 
 def system_prompt(action_format: str) -> str:
@@ -83,8 +85,8 @@ def cut_tree(tree: str, max_chars: int) -> str:
 def render(page: dict[str, Any], max_tokens: int, error: str | None,
            last_action: str | None) -> str:
     """The observation text of a page reply (see the module docstring)."""
-    parts = [f"Goal: {page['goal']}", f"URL: {page['url']}",
-             "Page (accessibility tree):", cut_tree(page["tree"], max_tokens * CHARS_PER_TOKEN)]
+    parts = [f"Goal: {page['goal']}", "Page (accessibility tree; the first line has the URL):",
+             cut_tree(page["tree"], max_tokens * CHARS_PER_TOKEN)]
     if last_action is not None:
         parts.append(f"Last action: {last_action}")
     if error:
@@ -173,3 +175,39 @@ class WebEnv:
                 pass
             finally:
                 self.pool.release(worker)
+
+
+
+def episode_problems(options: Any) -> list[str]:
+    """Problems with the episode settings a web env's ``options`` share (max_turns,
+    observation_tokens, action_format, browsers, timeout_ms)."""
+    problems = []
+    check = options_lib.checker(problems)
+    check(options.max_turns >= 1, f"max_turns must be >= 1, got {options.max_turns}")
+    check(options.observation_tokens >= 50,
+          f"observation_tokens must be >= 50, got {options.observation_tokens}")
+    check(options.action_format in actions.FORMATS,
+          f"action_format must be one of {actions.FORMATS}, got {options.action_format!r}")
+    check(options.browsers >= 1, f"browsers must be >= 1, got {options.browsers}")
+    check(options.timeout_ms >= 100, f"timeout_ms must be >= 100, got {options.timeout_ms}")
+    return problems
+
+
+def task_source(options: Any, pool: BrowserPool, train: list[WebTask],
+                held_out: list[WebTask], splits: base.Splits) -> base.TaskSource:
+    """A web task source: episodes on ``pool``; each generation samples
+    ``splits.tasks_per_generation`` of ``train``; ``held_out`` is evaluated."""
+    if splits.tasks_per_generation > len(train):
+        raise ValueError(f"tasks_per_generation={splits.tasks_per_generation} exceeds the "
+                         f"{len(train)} training tasks")
+
+    def make_env() -> WebEnv:
+        return WebEnv(pool, max_turns=options.max_turns,
+                      observation_tokens=options.observation_tokens,
+                      action_format=options.action_format, timeout_ms=options.timeout_ms)
+
+    return base.TaskSource(
+        env_factory=make_env, system_prompt=system_prompt(options.action_format),
+        train_tasks=lambda g: base.sample_generation_tasks(train, splits.tasks_per_generation,
+                                                           splits.seed, g),
+        eval_tasks=held_out)

@@ -119,13 +119,16 @@ class BrowserPool:
       size: the most browser processes (and episodes acting at once).
       cache_dir: the project cache holding the Playwright browser folder (None: default).
       miniwob: whether the workers serve MiniWoB tasks (checks and sets its URL).
+      extra_environment: more environment variables for the workers.
     """
 
-    def __init__(self, size: int, cache_dir: str | None = None, miniwob: bool = True):
+    def __init__(self, size: int, cache_dir: str | None = None, miniwob: bool = True,
+                 extra_environment: dict[str, str] | None = None):
         if size < 1:
             raise ValueError(f"a browser pool needs size >= 1, got {size}")
         self.size = size
-        self._environment = runtime.worker_environment(cache_dir, miniwob=miniwob)
+        self._environment = {**runtime.worker_environment(cache_dir, miniwob=miniwob),
+                             **(extra_environment or {})}
         self._workers: list[BrowserWorker] = []
         self._lock = threading.Lock()
         # Runs on close, when the pool is garbage-collected, or at interpreter exit.

@@ -105,9 +105,9 @@ def _task_entrypoint(task: dict[str, Any]) -> tuple[type, dict[str, Any]]:
     """(task class, its keyword arguments) of a task spec sent by the parent."""
     if task["kind"] == "miniwob":
         return _miniwob_task_class(task["name"]), {}
-    if task["kind"] == "webarena":
+    if task["kind"] in ("webarena", "webarena_lite"):
         from agentic_esopt.envs.web import webarena_runtime  # pylint: disable=import-outside-toplevel
-        return webarena_runtime.task_class(task), {}
+        return webarena_runtime.task_entrypoint(task)
     raise ValueError(f"unknown task kind {task['kind']!r}")
 
 
