@@ -151,6 +151,7 @@ def test_nltk_data_without_download(tmp_path, monkeypatch):
     nltk.data._resource_cache.clear()  # pylint: disable=protected-access
     root = webarena_runtime.ensure_punkt_tab(tmp_path / "cache")
     assert root == tmp_path / "cache" / "nltk_data"
+    assert nltk.data.find("tokenizers/punkt_tab")  # the check BrowserGym runs on import
     assert nltk.data.find("tokenizers/punkt_tab/english/")
     assert webarena_runtime.ensure_punkt_tab(tmp_path / "cache") is None  # found now
     assert webarena_lite.must_include("1", "Orders: 1.", tokenize=True) == 1.0

@@ -25,6 +25,7 @@ from agentic_esopt.envs.web import actions
 from agentic_esopt.envs.web.pool import BrowserPool, BrowserWorker, WorkerError, WorkerGone
 
 CHARS_PER_TOKEN = 4  # the tree budget is in tokens; cut by characters at this rate
+MAX_ERROR_CHARS = 500  # Playwright's errors carry long call logs
 _BID = re.compile(r"\[([^\[\]\s]+)\]")
 _EPISODE_IDS = itertools.count()
 
@@ -156,6 +157,7 @@ class WebEnv:
                     self._page["error"]
             except WorkerError as failure:  # the action broke the page: the episode ends
                 task_done, error = True, f"the browser could not go on: {failure}"
+        error = (error or "")[:MAX_ERROR_CHARS]
         self._done = task_done or self._turn >= self._turn_limit
         info = {"url": self._page["url"], "action": code, "error": error or None,
                 "turn": self._turn, "solved": self._done and reward > 0}

@@ -17,6 +17,7 @@ Requests (one JSON object per line on stdin), each answered by one line on stdou
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -77,6 +78,7 @@ class _PlaywrightView:
         self.chromium = chromium
 
 
+@functools.lru_cache(maxsize=None)
 def _miniwob_task_class(name: str) -> type:
     """The BrowserGym MiniWoB task ``name``, its URL check tolerant of a '#' fragment
     (search-engine's result links are ``href='#'``; the stock check ends such episodes
