@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib.util
 import json
 import os
 import urllib.error
@@ -27,6 +26,7 @@ from typing import Any, Callable
 
 from agentic_esopt import options as options_lib
 from agentic_esopt.envs import base
+from agentic_esopt.envs.web import runtime
 from agentic_esopt.envs.web.env import WebTask, episode_problems, task_source
 from agentic_esopt.envs.web.pool import BrowserPool
 
@@ -51,15 +51,8 @@ FUZZY_PROMPT = (
 
 def _package_file(module: str, relative: str, distribution: str) -> Path:
     """A data file shipped in ``module``'s folder, found without importing the module."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:
-        spec = None
-    if spec is None or spec.origin is None:
-        raise RuntimeError(f"webarena_lite needs the package {distribution!r} for its task "
-                           f"configurations; install it with: {INSTALL_WEBARENA} (or give "
-                           f"lite_file= and full_file=)")
-    return Path(spec.origin).parent / relative
+    return runtime.require_package(module, distribution, f"{INSTALL_WEBARENA} (or give "
+                                                         f"lite_file= and full_file=)") / relative
 
 
 def read_configs(path: str | Path) -> list[dict[str, Any]]:

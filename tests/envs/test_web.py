@@ -226,7 +226,9 @@ def test_missing_pieces_are_named(monkeypatch):
     with pytest.raises(RuntimeError, match="apt-get install -y chromium"):
         runtime.chromium_binary()
     with pytest.raises(RuntimeError, match=r'pip install -e "\.\[web\]"'):
-        runtime.require_module("no_such_module_xyz", "no-such-module")
+        runtime.require_package("no_such_module_xyz", "no-such-module")
+    with pytest.raises(RuntimeError, match="'no-such-package'"):
+        runtime.require_package("no_such_package_xyz.core", "no-such-package")
 
 
 def test_splits_are_disjoint_and_options_checked():

@@ -27,11 +27,22 @@ CHROMIUM_FLAGS = ("--disable-background-networking", "--disable-component-update
                   "--disable-sync", "--no-first-run", "--disable-quic", "--disable-gpu")
 
 
-def require_module(module: str, distribution: str, install: str = INSTALL_WEB) -> None:
-    """Raises RuntimeError naming ``distribution`` and ``install`` when ``module`` is absent."""
-    if importlib.util.find_spec(module) is None:
-        raise RuntimeError(f"the web environments need the Python package {distribution!r} "
+def package_dir(module: str) -> Path | None:
+    """The folder of an installed package, found without importing it (None if absent)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # its parent package is missing
+        return None
+    return None if spec is None or spec.origin is None else Path(spec.origin).parent
+
+
+def require_package(module: str, distribution: str, install: str = INSTALL_WEB) -> Path:
+    """``package_dir(module)``, or a RuntimeError naming ``distribution`` and ``install``."""
+    folder = package_dir(module)
+    if folder is None:
+        raise RuntimeError(f"this environment needs the Python package {distribution!r} "
                            f"(module {module!r} is not installed); install it with: {install}")
+    return folder
 
 
 def chromium_binary() -> str:
@@ -52,8 +63,7 @@ def chromium_flags() -> list[str]:
 
 def playwright_chromium_revision() -> str:
     """The Chromium revision the installed Playwright looks for (its ``browsers.json``)."""
-    require_module("playwright", "playwright")
-    package = Path(importlib.util.find_spec("playwright").origin).parent
+    package = require_package("playwright", "playwright")
     manifest = json.loads((package / "driver" / "package" / "browsers.json").read_text())
     return next(b["revision"] for b in manifest["browsers"] if b["name"] == "chromium")
 
@@ -82,9 +92,7 @@ def browsers_path(cache_dir: str | os.PathLike | None = None) -> Path:
 
 def miniwob_url() -> str:
     """``file://`` URL of the installed ``miniwob`` package's task pages (ends in '/')."""
-    require_module("miniwob", "miniwob")
-    package = Path(importlib.util.find_spec("miniwob").origin).parent
-    pages = package / "html" / "miniwob"
+    pages = require_package("miniwob", "miniwob") / "html" / "miniwob"
     if not pages.is_dir():
         raise RuntimeError(f"the installed miniwob package has no task pages at {pages}; "
                            f"reinstall it with: {INSTALL_WEB}")
@@ -94,10 +102,10 @@ def miniwob_url() -> str:
 def worker_environment(cache_dir: str | os.PathLike | None = None,
                        miniwob: bool = True) -> dict[str, str]:
     """The environment variables of a browser worker process (checks every piece first)."""
-    require_module("browsergym.core", "browsergym-core")
+    require_package("browsergym.core", "browsergym-core")
     env = dict(os.environ)
     env["PLAYWRIGHT_BROWSERS_PATH"] = str(browsers_path(cache_dir))
     if miniwob:
-        require_module("browsergym.miniwob", "browsergym-miniwob")
+        require_package("browsergym.miniwob", "browsergym-miniwob")
         env["MINIWOB_URL"] = miniwob_url()
     return env

@@ -11,6 +11,7 @@ before each episode when ``WA_FULL_RESET`` is set, score answers and URLs with
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,6 @@ def ensure_punkt_tab(cache_dir: str | os.PathLike | None = None) -> Path | None:
 
 def _route_judge(judge: webarena_lite.Judge) -> None:
     """Points the fuzzy matches of BrowserGym's and WebArena's evaluators at ``judge``."""
-    import importlib  # pylint: disable=import-outside-toplevel
     for name in ("browsergym.webarenalite.evaluators", "webarena.evaluation_harness.evaluators"):
         module = importlib.import_module(name)
         module.llm_fuzzy_match = lambda pred, reference, question: judge(pred, reference,
