@@ -106,6 +106,15 @@ def test_scripted_agents_solve_pages(pool, name, agent):
         env.close()
 
 
+def test_answers_are_recorded(pool):
+    env = WebEnv(pool, action_format="webrl")
+    env.reset(task("click-test", 5))
+    result = env.step('exit(message="The button is clicked.")')
+    assert result.info["answer"] == "The button is clicked."
+    assert result.info["action"] == "send_msg_to_user('The button is clicked.')"
+    env.close()
+
+
 def test_webrl_format_drives_the_same_browser(pool):
     env = WebEnv(pool, action_format="webrl")
     observation = env.reset(task("enter-text", 2))

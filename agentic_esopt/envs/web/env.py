@@ -6,7 +6,8 @@ Action: one BrowserGym high-level action (or WebRL's ``do(...)``/``exit(...)``) 
 reply, parsed tolerantly; a reply without a readable action, or naming an element that is
 not on the page, is feedback and costs a turn without touching the browser. Reward: the
 task's own (MiniWoB: 1 on success, else 0), on the step that ends the episode. The episode
-ends when the task does or after ``max_turns`` replies. The browser side runs in a
+ends when the task does or after ``max_turns`` replies. ``info`` records the URL, the
+action, its error and the answer sent to the user, if any. The browser side runs in a
 ``pool.BrowserPool`` worker; ``reset`` and ``step`` of different episodes may run in
 parallel threads (``concurrent = True`` tells the rollout engine so).
 """
@@ -160,7 +161,8 @@ class WebEnv:
         error = (error or "")[:MAX_ERROR_CHARS]
         self._done = task_done or self._turn >= self._turn_limit
         info = {"url": self._page["url"], "action": code, "error": error or None,
-                "turn": self._turn, "solved": self._done and reward > 0}
+                "answer": getattr(action, "answer", None), "turn": self._turn,
+                "solved": self._done and reward > 0}
         observation = render(self._page, self.observation_tokens, error, code)
         if self._done:
             observation += "\nThe task is over." if task_done else "\nNo turns left."

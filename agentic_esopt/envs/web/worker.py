@@ -122,10 +122,8 @@ def _observation(obs: dict[str, Any], reward: float = 0.0, done: bool = False) -
                                  extra_properties=obs["extra_element_properties"],
                                  skip_generic=False,  # clickable spans are generic nodes
                                  ignored_roles=[*IGNORED_AXTREE_ROLES, "InlineTextBox"])
-    messages = [m["message"] for m in obs["chat_messages"] if m["role"] == "assistant"]
     return {"goal": obs["goal"], "tree": tree, "url": obs["url"],
-            "error": obs["last_action_error"], "reward": float(reward), "done": bool(done),
-            "answer": messages[-1] if len(messages) > 1 else None}
+            "error": obs["last_action_error"], "reward": float(reward), "done": bool(done)}
 
 
 class Worker:
