@@ -73,6 +73,22 @@ def use_autocomplete(observation, turn):
     return f"click('{bid_of(observation, 'button', 'Submit')}')"
 
 
+def search_engine(observation, turn):
+    """Results come 3 a page behind links to '#' (stock BrowserGym fails on the fragment)."""
+    goal = goal_of(observation)
+    rank = int(re.search(r"(\d+)(?:st|nd|rd|th) search result", goal).group(1))
+    page = (rank - 1) // 3 + 1
+    if turn == 0:
+        return f"fill('{bid_of(observation, 'textbox')}', '{quoted(goal)[0]}')"
+    if turn == 1:
+        return f"click('{bid_of(observation, 'button', 'Search')}')"
+    if turn == 2 and page > 1:
+        return f"click('{bid_of(observation, 'link', str(page))}')"
+    results = [b for b, name in re.findall(r"\[(\w+)\] link '([^']*)'", observation)
+               if not name.isdigit() and name not in ("<", ">")]
+    return f"click('{results[(rank - 1) % 3]}')"
+
+
 def play(env, episode_task, agent, max_turns=10):
     observation = env.reset(episode_task, max_turns=max_turns)
     for turn in range(max_turns):
@@ -95,7 +111,8 @@ def test_contract_click_test():
 
 
 @pytest.mark.parametrize("name,agent", [("enter-text", enter_text), ("login-user", login_user),
-                                        ("use-autocomplete", use_autocomplete)])
+                                        ("use-autocomplete", use_autocomplete),
+                                        ("search-engine", search_engine)])
 def test_scripted_agents_solve_pages(pool, name, agent):
     env = WebEnv(pool)
     try:
