@@ -28,7 +28,25 @@ setup(
         "tensorboardX>=2.6",
     ],
     extras_require={
+        # Web agents (envs.miniwob): BrowserGym drives Debian's Chromium (apt-get install -y
+        # chromium); the miniwob package ships the task pages. browsergym-core pins
+        # playwright 1.44, whose own browser download is never used.
+        "web": [
+            "browsergym-core==0.14.3",
+            "browsergym-miniwob==0.14.3",
+            "miniwob==1.1.0",
+        ],
+        # WebArena-Lite (envs.webarena_lite) against self-hosted sites. libwebarena, which
+        # it requires, pulls transformers<5 (through text-generation's huggingface-hub<1):
+        # install it in a virtualenv of its own.
+        "webarena": [
+            "browsergym-core==0.14.3",
+            "browsergym-webarenalite==0.14.3",
+            "nltk>=3.9",
+        ],
         "test": [
+            "agentic_esopt[web]",  # the browser tests run in CI
+            "nltk>=3.9",  # the WebArena-Lite scoring tests (word tokens without downloads)
             "pytest>=8",
             "hypothesis>=6.100",
             "nbclient>=0.10",

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import tempfile
 from typing import Any, Sequence
+
+CACHE_ENV_VAR = "AGENTIC_ESOPT_CACHE"
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> pathlib.Path:
+    """The project's cache folder: ``cache_dir``, else ``$AGENTIC_ESOPT_CACHE``, else
+    ``~/.cache/agentic_esopt`` (converted models, the browser runtime)."""
+    if cache_dir is not None:
+        return pathlib.Path(cache_dir)
+    if os.environ.get(CACHE_ENV_VAR):
+        return pathlib.Path(os.environ[CACHE_ENV_VAR])
+    return pathlib.Path.home() / ".cache" / "agentic_esopt"
 
 
 def atomic_write_text(path: str, text: str) -> None:

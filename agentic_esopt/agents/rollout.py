@@ -10,6 +10,7 @@ their parameters rather than by sampling luck.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import itertools
@@ -129,8 +130,9 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
           policy: Policy, system_prompt: str | None, generation: int,
           max_turns: int | None, trajectory_path: str | Path | None) -> list[Trajectory]:
     """The turn loop of ``run_episodes`` over already-made environments."""
-    conversations = [initial_messages(system_prompt, env.reset(tasks[t], max_turns=max_turns))
-                     for env, (_, t) in zip(envs, rows)]
+    first = _each_env(envs, range(len(rows)),
+                      lambda i: envs[i].reset(tasks[rows[i][1]], max_turns=max_turns))
+    conversations = [initial_messages(system_prompt, observation) for observation in first]
     actions: list[list[str]] = [[] for _ in rows]
     rewards: list[list[float]] = [[] for _ in rows]
     infos: list[dict[str, Any]] = [{} for _ in rows]
@@ -145,12 +147,14 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
         if len(replies) != len(active) or not all(isinstance(r, (str, Reply)) for r in replies):
             raise ValueError(f"policy must return {len(active)} strings or Replies, got "
                              f"{replies!r:.200}")
-        still_active = []
         for i, reply in zip(active, replies):
             if isinstance(reply, Reply):
-                reply, tokens = reply
-                turns[i].append(tokens)
-            observation, reward, done, info = envs[i].step(reply)
+                turns[i].append(reply.tokens)
+        replies = [r.text if isinstance(r, Reply) else r for r in replies]
+        reply_of = dict(zip(active, replies))
+        results = _each_env(envs, active, lambda i: envs[i].step(reply_of[i]))
+        still_active = []
+        for i, reply, (observation, reward, done, info) in zip(active, replies, results):
             conversations[i] = add_turn(conversations[i], reply, observation)
             actions[i].append(reply)
             rewards[i].append(float(reward))
@@ -169,6 +173,16 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
     if trajectory_path is not None:
         write_trajectories(trajectory_path, trajectories)
     return trajectories
+
+
+def _each_env(envs: list[Any], indices: Sequence[int], call: Callable[[int], Any]) -> list[Any]:
+    """``[call(i) for i in indices]``, in parallel threads when every environment says it
+    is ``concurrent`` (its calls wait on other processes, e.g. browsers)."""
+    indices = list(indices)
+    if len(indices) < 2 or not all(getattr(env, "concurrent", False) for env in envs):
+        return [call(i) for i in indices]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(indices)) as threads:
+        return list(threads.map(call, indices))
 
 
 def member_rewards(trajectories: Sequence[Trajectory], population_size: int) -> np.ndarray:

@@ -60,6 +60,9 @@ class Environment(Protocol):
 
     # Optional: ``close()`` releases what the episode holds (a browser page, a sandbox
     # folder). The rollout engine calls it when the episode ends, also on error.
+    # Optional: ``concurrent = True`` says that ``reset`` and ``step`` of different
+    # instances may run at once in threads (they wait on other processes, e.g. browsers);
+    # the rollout engine then issues all rows of a turn together.
 
 
 EnvFactory = Callable[[], Environment]

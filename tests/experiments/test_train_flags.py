@@ -85,7 +85,7 @@ def test_every_config_file_is_valid(name):
     # Presets for local checkpoints name a placeholder folder the user replaces.
     config = launch.train_config(parsed("--config.model.name=tiny",
                                         config_file=f"experiments/configs/{name}"))
-    assert config.env_name in ("sudoku", "ahd", "math_react")
+    assert config.env_name in ("sudoku", "ahd", "math_react", "miniwob", "webarena_lite")
 
 
 @pytest.mark.parametrize("profile, sampling", [("", (0.7, 0.8, 20)), (":t1", (1.0, 1.0, 0))])
