@@ -14,12 +14,14 @@ Each program is compiled (not run) and XLA's memory analysis gives its peak (arg
 outputs + temporaries − aliased buffers); state the program does not take but that stays
 resident meanwhile (GRPO's reference parameters during its AdamW step, the policy and
 AdamW's moments during the reference pass) is added. A method's peak is its largest
-program's. Then each method runs once for real in a fresh subprocess, whose peak resident
-set size (``ru_maxrss``) is reported with the RSS it had before the first program ran.
+program's. Each method first runs once for real in a fresh subprocess, whose peak resident
+set size (``ru_maxrss``) is reported with the peak it had before the first program ran
+(the model and the inputs), and then compiles its programs for the analysis.
 Prints one JSON object per model with ``es_peak_bytes``, ``grpo_peak_bytes`` and ``ratio``.
 """
 
 import dataclasses
+import functools
 import json
 import resource
 import subprocess
@@ -27,6 +29,7 @@ import sys
 import time
 
 from absl import app, flags
+import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,10 +64,20 @@ class Shapes:
     new_tokens: int
 
 
+def random_params(config: ModelConfig, dtype) -> dict:
+    """N(0, 0.02²) parameters drawn leaf by leaf in ``dtype`` (no float32 copy of the whole
+    model, which ``decoder.init_params`` makes, inflates the process's peak RSS)."""
+    shapes = decoder.param_shapes(config)
+    keys = jax.random.split(jax.random.key(0), len(shapes))
+    return flax.traverse_util.unflatten_dict({
+        path: 0.02 * jax.random.normal(key, shape, dtype)
+        for key, (path, shape) in zip(keys, sorted(shapes.items()))})
+
+
 def load(name: str) -> tuple[ModelConfig, dict]:
     """(config, params) of a benchmark model in its dtype."""
     if name == "qwen3-1b":
-        return QWEN3_1B, decoder.init_params(QWEN3_1B, jax.random.key(0), jnp.bfloat16)
+        return QWEN3_1B, random_params(QWEN3_1B, jnp.bfloat16)
     if name not in DTYPES:
         raise ValueError(f"unknown model {name!r}; choose from {sorted(DTYPES)}")
     model = models.load(name, dtype=DTYPES[name])
@@ -96,11 +109,17 @@ class Programs:
         self.mode = sampling.SamplingMode(greedy=False, top_k=None, top_p=False)
         self.strategy = es.agentic_esopt(rows, 1e-3, 1e-3, noise="lowrank", rank=1,
                                          antithetic=True)
-        self.es_state = self.strategy.init(0, params)
-        self.population = self.strategy.ask(self.es_state)
         self.members = jnp.arange(rows, dtype=jnp.int32)
         self.optimizer = grpo.make_optimizer(1e-6, 0.0, 1.0)
         self.hyper = grpo.Hyper(temperature=1.0, clip_epsilon=0.2, kl_beta=1e-3, remat=True)
+
+    @functools.cached_property
+    def es_state(self) -> es.ESState:
+        return self.strategy.init(0, self.params)
+
+    @functools.cached_property
+    def population(self) -> es.Population:
+        return self.strategy.ask(self.es_state)
 
     def rollout(self, deltas):
         """(prefill, decode) as (function, args) pairs."""
@@ -190,15 +209,17 @@ def peak_rss_bytes() -> int:
 
 
 def measure(model: str, method: str, shapes: Shapes) -> dict:
-    """One method on one model in this process: compiled peaks, then a real run's RSS."""
+    """One method on one model in this process: a real run's peak RSS (and the peak before
+    it: loading and inputs), then the compiled peaks."""
     config, params = load(model)
     programs = Programs(config, params, shapes)
-    peaks = programs.es_peaks() if method == "es" else programs.grpo_peaks()
     rss_before = peak_rss_bytes()
     began = time.perf_counter()
     (programs.run_es if method == "es" else programs.run_grpo)()
+    run_s, rss = time.perf_counter() - began, peak_rss_bytes()
+    peaks = programs.es_peaks() if method == "es" else programs.grpo_peaks()
     return dict(programs=peaks, peak_bytes=max(peaks.values()), rss_before_bytes=rss_before,
-                peak_rss_bytes=peak_rss_bytes(), run_s=time.perf_counter() - began,
+                peak_rss_bytes=rss, run_s=run_s,
                 num_params=sum(x.size for x in jax.tree.leaves(params)),
                 param_bytes=tree_bytes(params))
 

@@ -176,8 +176,14 @@ def agentic_esopt(population_size: int,
                 optimizer="custom" if custom_optimizer else (optimizer or "sgd"),
                 weight_decay=weight_decay, scale_by_sigma=scale_by_sigma)
 
+    @jax.jit
+    def init_optimizer(params: PyTree) -> PyTree:
+        # Jitted, so the float32 view of the params is never materialised when the
+        # optimizer keeps no per-parameter state (plain SGD).
+        return transform.init(jax.tree.map(lambda p: p.astype(jnp.float32), params))
+
     def init(key: jax.Array | int, params: PyTree) -> ESState:
-        opt_state = transform.init(jax.tree.map(lambda p: p.astype(jnp.float32), params))
+        opt_state = init_optimizer(params)
         return ESState(params=params, opt_state=opt_state,
                        generation=jnp.zeros((), jnp.int32), key=raw_key(key))
 
