@@ -14,9 +14,10 @@ Each program is compiled (not run) and XLA's memory analysis gives its peak (arg
 outputs + temporaries − aliased buffers); state the program does not take but that stays
 resident meanwhile (GRPO's reference parameters during its AdamW step, the policy and
 AdamW's moments during the reference pass) is added. A method's peak is its largest
-program's. Each method first runs once for real in a fresh subprocess, whose peak resident
-set size (``ru_maxrss``) is reported with the peak it had before the first program ran
-(the model and the inputs), and then compiles its programs for the analysis.
+program's. The compilation runs in one fresh subprocess per method, and each method runs once for
+real in another, whose peak resident set size (``ru_maxrss``) is reported with the peak
+it had before the first program ran (the model and the inputs); a run the kernel kills
+for want of memory is reported as such.
 Prints one JSON object per model with ``es_peak_bytes``, ``grpo_peak_bytes`` and ``ratio``.
 """
 
@@ -40,13 +41,14 @@ from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.training import grpo
 
 _MODELS = flags.DEFINE_list("models", ["smollm2-135m", "qwen3-1b"],
-                            "Models: smollm2-135m (embedded GGUF) and/or qwen3-1b (random).")
+                            "Models: smollm2-135m (embedded GGUF), qwen3-1b (random) or tiny "
+                            "(the tests' random model).")
 _ROWS = flags.DEFINE_integer("rows", 8, "Batch rows: ES members × tasks = GRPO samples × "
                                         "tasks.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 128, "Prompt tokens per row.")
 _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 16, "Generated tokens per row.")
-_MEASURE = flags.DEFINE_string("measure", None, "Internal: MODEL:METHOD, one measurement "
-                                                "in this process.")
+_MEASURE = flags.DEFINE_string("measure", None, "Internal: MODEL:METHOD:PART, one "
+                                                "measurement in this process.")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON lines.")
 
 # A ~1.1B-parameter Qwen3 (Qwen3's vocabulary, head size, GQA and q/k norms; d=1536).
@@ -54,7 +56,7 @@ QWEN3_1B = ModelConfig(model_type="qwen3", vocab_size=151936, hidden_size=1536,
                        intermediate_size=4608, num_layers=28, num_heads=16, num_kv_heads=8,
                        head_dim=128, rms_norm_eps=1e-6, tie_word_embeddings=True,
                        qk_norm=True, eos_token_ids=(151645,), pad_token_id=151643)
-DTYPES = {"smollm2-135m": "float32", "qwen3-1b": "bfloat16"}
+DTYPES = {"smollm2-135m": "float32", "qwen3-1b": "bfloat16", "tiny": "float32"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,55 +210,61 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
 
 
-def measure(model: str, method: str, shapes: Shapes) -> dict:
-    """One method on one model in this process: a real run's peak RSS (and the peak before
-    it: loading and inputs), then the compiled peaks."""
+def measure(model: str, method: str, part: str, shapes: Shapes) -> dict:
+    """One part of one method on one model, in this process: ``compiled`` (the programs'
+    peaks) or ``run`` (a real run's peak RSS, and the peak before it: model and inputs)."""
     config, params = load(model)
     programs = Programs(config, params, shapes)
+    if part == "compiled":
+        peaks = programs.es_peaks() if method == "es" else programs.grpo_peaks()
+        return dict(programs=peaks, peak_bytes=max(peaks.values()),
+                    num_params=sum(x.size for x in jax.tree.leaves(params)),
+                    param_bytes=tree_bytes(params))
     rss_before = peak_rss_bytes()
     began = time.perf_counter()
     (programs.run_es if method == "es" else programs.run_grpo)()
-    run_s, rss = time.perf_counter() - began, peak_rss_bytes()
-    peaks = programs.es_peaks() if method == "es" else programs.grpo_peaks()
-    return dict(programs=peaks, peak_bytes=max(peaks.values()), rss_before_bytes=rss_before,
-                peak_rss_bytes=rss, run_s=run_s,
-                num_params=sum(x.size for x in jax.tree.leaves(params)),
-                param_bytes=tree_bytes(params))
+    return dict(rss_before_bytes=rss_before, peak_rss_bytes=peak_rss_bytes(),
+                run_s=time.perf_counter() - began)
 
 
-def measure_in_subprocess(model: str, method: str, shapes: Shapes) -> dict:
-    command = [sys.executable, "-m", "experiments.bench_memory", f"--measure={model}:{method}",
-               f"--rows={shapes.rows}", f"--prompt_len={shapes.prompt_len}",
-               f"--new_tokens={shapes.new_tokens}"]
+def measure_in_subprocess(model: str, method: str, part: str, shapes: Shapes) -> dict:
+    """``measure`` in a fresh process; a run the kernel kills (out of memory) is reported
+    as ``{"killed_by_signal": n}``."""
+    command = [sys.executable, "-m", "experiments.bench_memory",
+               f"--measure={model}:{method}:{part}", f"--rows={shapes.rows}",
+               f"--prompt_len={shapes.prompt_len}", f"--new_tokens={shapes.new_tokens}"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode < 0 and part == "run":
+        return dict(killed_by_signal=-done.returncode)
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def model_report(model: str, shapes: Shapes) -> dict:
-    es_result, grpo_result = (measure_in_subprocess(model, m, shapes) for m in ("es", "grpo"))
+    """Both methods' compiled peaks, their ratio and each real run's RSS."""
+    results = {method: {**measure_in_subprocess(model, method, "compiled", shapes),
+                        "run": measure_in_subprocess(model, method, "run", shapes)}
+               for method in ("es", "grpo")}
+    es_result, grpo_result = results["es"], results["grpo"]
+    rss = [r["run"].get("peak_rss_bytes") for r in (es_result, grpo_result)]
     return dict(
         model=model, dtype=DTYPES[model], num_params=es_result["num_params"],
         param_bytes=es_result["param_bytes"], **dataclasses.asdict(shapes),
         backend=jax.default_backend(),
         es_peak_bytes=es_result["peak_bytes"], grpo_peak_bytes=grpo_result["peak_bytes"],
         ratio=grpo_result["peak_bytes"] / es_result["peak_bytes"],
-        es_peak_rss_bytes=es_result["peak_rss_bytes"],
-        grpo_peak_rss_bytes=grpo_result["peak_rss_bytes"],
-        rss_ratio=grpo_result["peak_rss_bytes"] / es_result["peak_rss_bytes"],
-        es_rss_before_bytes=es_result["rss_before_bytes"],
-        grpo_rss_before_bytes=grpo_result["rss_before_bytes"],
+        rss_ratio=rss[1] / rss[0] if all(rss) else None,
         es_programs=es_result["programs"], grpo_programs=grpo_result["programs"],
-        es_run_s=es_result["run_s"], grpo_run_s=grpo_result["run_s"])
+        es_run=es_result["run"], grpo_run=grpo_result["run"])
 
 
 def main(argv):
     del argv
     shapes = Shapes(_ROWS.value, _PROMPT_LEN.value, _NEW_TOKENS.value)
     if _MEASURE.value:
-        model, method = _MEASURE.value.split(":")
-        print(json.dumps(measure(model, method, shapes)))
+        model, method, part = _MEASURE.value.split(":")
+        print(json.dumps(measure(model, method, part, shapes)))
         return
     for model in _MODELS.value:
         if model not in DTYPES:

@@ -142,6 +142,7 @@ def plot(rows: list[dict], path: str) -> None:
     axes.errorbar([r["horizon"] for r in start], [r["initial"] for r in start],
                   [r["initial_se"] for r in start], linestyle="--", color="gray",
                   capsize=3, label="before training")
+    axes.set_xticks(sorted({r["horizon"] for r in rows}))
     axes.set_xlabel("blanks (= turns)")
     axes.set_ylabel("held-out success rate")
     axes.legend()
