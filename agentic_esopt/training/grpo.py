@@ -199,7 +199,8 @@ def train_step(config: ModelConfig, hyper: Hyper, optimizer: optax.GradientTrans
 
 def make_optimizer(learning_rate: float, weight_decay: float, max_grad_norm: float
                    ) -> optax.GradientTransformation:
-    """AdamW (float32 moments whatever the params' dtype), after global-norm clipping."""
+    """AdamW (a float32 first moment whatever the params' dtype), after global-norm
+    clipping."""
     adamw = optax.adamw(learning_rate, weight_decay=weight_decay, mu_dtype=jnp.float32)
     if max_grad_norm == 0:
         return adamw

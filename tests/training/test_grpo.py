@@ -178,7 +178,7 @@ def test_zero_advantages_move_params_only_through_weight_decay(model):
                                                         jax.tree.leaves(model.params)))
 
 
-def test_bfloat16_params_train_with_float32_moments(model):
+def test_bfloat16_params_train_with_a_float32_first_moment(model):
     params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), model.params)
     bf16 = dataclasses.replace(model, params=params)
     rule_ = rule()[0]
