@@ -26,6 +26,7 @@ import numpy as np
 from agentic_esopt import options as options_lib
 from agentic_esopt.agents.prompts import Message, add_turn, initial_messages, trim_history
 from agentic_esopt.envs.base import EnvFactory
+from agentic_esopt.models.kv_cache import ConversationCache
 
 
 class TurnTokens(NamedTuple):
@@ -242,6 +243,12 @@ class Options:
     stop_at_newline: bool = options_lib.field(False, "End each reply at its first newline.")
     skill: str | None = options_lib.field(None, "A skill file whose text is appended to the "
                                                 "system prompt, in training and evaluation.")
+    keep_kv_cache: bool = options_lib.field(True, "Keep each episode's KV cache between "
+                                                  "turns, so a turn feeds only its new tokens "
+                                                  "(same tokens as re-prefilling).")
+    max_context: int | None = options_lib.field(None, "Most tokens an episode's prompt plus "
+                                                      "reply may hold (default: no limit); "
+                                                      "bounds the kept caches' memory.")
 
     def problems(self) -> list[str]:
         problems: list[str] = []
@@ -259,6 +266,9 @@ class Options:
               f"history_turns must be >= 0, got {self.history_turns}")
         check(self.skill is None or os.path.isfile(self.skill),
               f"skill: no file {self.skill!r}")
+        check(self.max_context is None or self.max_context > self.max_new_tokens,
+              f"max_context must exceed max_new_tokens ({self.max_new_tokens}), got "
+              f"{self.max_context}")
         return problems
 
 
@@ -294,6 +304,10 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
       extra_stop: the environment's stop strings.
       keep_tokens: return ``Reply``s holding each turn's token ids and log-probabilities.
 
+    With ``options.keep_kv_cache`` the policy keeps one ``models.ConversationCache`` whose
+    rows are the (member, task) episodes: a turn feeds only the tokens its prompt adds to
+    the last one (the reply's end and the new observation).
+
     Returns:
       ``policy(conversations, members, task_indices) -> replies``; a reply opens with
       ``options.reply_prefix``, which is appended to the prompt after the generation
@@ -303,6 +317,7 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
         raise ValueError("sampling with temperature > 0 needs a key")
     stop = (*(("\n",) if options.stop_at_newline else ()), *extra_stop)
     call_index = itertools.count()
+    cache = ConversationCache(options.max_context) if options.keep_kv_cache else None
 
     def policy(conversations: list[list[Message]], members: list[int],
                task_indices: list[int]) -> list[str]:
@@ -317,7 +332,8 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
             model, prompts, **sampling(options, temperature), key=call_key,
             population=population, stop=stop or None,
             members=None if population is None else np.asarray(members, dtype=np.int32),
-            streams=sample_streams(population is not None, members, task_indices))
+            streams=sample_streams(population is not None, members, task_indices),
+            cache=cache, rows=None if cache is None else list(zip(members, task_indices)))
         texts = [options.reply_prefix + text for text in output.texts]
         if not keep_tokens:
             return texts

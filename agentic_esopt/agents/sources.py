@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from agentic_esopt.agents import eoh, rollout, skills
+from agentic_esopt.models.kv_cache import ConversationCache
 
 PyTree = Any
 
@@ -211,12 +212,17 @@ class SearchRewards:
         self._state = eoh.initial_state(self.seed)  # The trainer then calls ``restore``.
 
     def _llm(self, model: Any, population: Any, key: jax.Array) -> eoh.LLM:
+        # Prompts share their task description: a kept cache feeds it once per row.
+        cache = (ConversationCache(self.options.max_context) if self.options.keep_kv_cache
+                 else None)
+
         def llm(prompts, members):
             output = self.generate(
                 model, [chat_prompt(model.tokenizer, p) for p in prompts], key=key,
                 **rollout.sampling(self.options, self.options.temperature),
                 population=population,
-                members=None if population is None else np.asarray(members, np.int32))
+                members=None if population is None else np.asarray(members, np.int32),
+                cache=cache, rows=None if cache is None else list(range(len(prompts))))
             return output.texts
         return llm
 

@@ -3,8 +3,9 @@
 from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.models.decoder import init_params
 from agentic_esopt.models.export import save_pretrained
+from agentic_esopt.models.kv_cache import ConversationCache
 from agentic_esopt.models.loading import Model, load
 from agentic_esopt.models.sampling import GenerationOutput, generate, logits
 
-__all__ = ["GenerationOutput", "Model", "ModelConfig", "generate", "init_params", "load",
+__all__ = ["ConversationCache", "GenerationOutput", "Model", "ModelConfig", "generate", "init_params", "load",
            "logits", "save_pretrained"]

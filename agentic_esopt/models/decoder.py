@@ -42,7 +42,8 @@ _MASKED = float(np.finfo(np.float32).min)
 
 
 class KVCache(NamedTuple):
-    """Stacked key/value cache, each (L, B, S, num_kv_heads, head_dim) in the params dtype."""
+    """Stacked key/value cache, each (L, B, num_kv_heads, S, head_dim) in the params dtype
+    (heads before slots, so attention reads it without a transpose)."""
 
     k: jax.Array
     v: jax.Array
@@ -259,31 +260,52 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return jnp.concatenate([x * cos + rotated * sin, rest], axis=-1)
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Grouped-query attention.
+def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax.Array
+              ) -> jax.Array:
+    """Grouped-query attention over one or more blocks of keys/values.
+
+    Keys stay in blocks (e.g. a read-only cache and the new tokens' own keys) so that no
+    block is copied to join them: scores are computed per block and softmaxed together.
 
     Args:
-      q: (B, T, H, hd) queries; k, v: (B, S, K, hd) with H a multiple of K.
-      mask: (B, T, S) bool, True where a query may attend to a key.
+      q: (B, T, H, hd) queries.
+      blocks: (k, v) pairs, each (B, K, S_i, hd) with H a multiple of K.
+      mask: (B, T, sum S_i) bool, True where a query may attend to a key.
 
     Returns:
       (B, T, H * hd).
     """
     B, T, H, hd = q.shape
-    K = k.shape[2]
+    K = blocks[0][0].shape[1]
     q = q.reshape(B, T, K, H // K, hd)
-    scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=F32) / math.sqrt(hd)
+    scores = jnp.concatenate(
+        [jnp.einsum("btkgh,bksh->bkgts", q, k, preferred_element_type=F32) for k, _ in blocks],
+        axis=-1) / math.sqrt(hd)
     scores = jnp.where(mask[:, None, None], scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskh->btkgh", probs, v, preferred_element_type=F32)
-    return out.astype(v.dtype).reshape(B, T, H * hd)
+    probs = jax.nn.softmax(scores, axis=-1)
+    out, start = 0.0, 0
+    for _, v in blocks:
+        block_probs = probs[..., start:start + v.shape[2]].astype(v.dtype)
+        out = out + jnp.einsum("bkgts,bksh->bkgth", block_probs, v, preferred_element_type=F32)
+        start += v.shape[2]
+    return jnp.moveaxis(out.astype(blocks[0][1].dtype), 3, 1).reshape(B, T, H * hd)
+
+
+def heads_major(x: jax.Array) -> jax.Array:
+    """(B, T, K, hd) -> (B, K, T, hd), the cache's layout."""
+    return jnp.swapaxes(x, 1, 2)
 
 
 def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
-           rope: tuple[jax.Array, jax.Array], mask: jax.Array, cache: KVCache | None,
-           index: jax.Array, write_index: jax.Array) -> tuple[jax.Array, KVCache | None]:
-    """Decoder layer ``index``: writes its new keys/values into the cache (if any), then
-    attends."""
+           rope: tuple[jax.Array, jax.Array], masks: tuple[jax.Array, jax.Array],
+           prefix: KVCache | None) -> tuple[jax.Array, KVCache]:
+    """One decoder layer over new tokens attending to a read-only cached ``prefix`` (this
+    layer's (B, K, S, hd) keys/values, or None) and to themselves.
+
+    ``masks`` are (prefix mask (B, T, S), new-token mask (B, T, T)). Returns the new hidden
+    states and the new tokens' keys/values (B, K, T, hd), which the caller writes to the
+    cache after the layer scan (so the cache is never copied inside it).
+    """
     c = config
     B, T, _ = h.shape
     attn, attn_deltas = layer["attn"], deltas["attn"]
@@ -295,24 +317,28 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
         q = rms_norm(q, attn["q_norm"]["scale"], attn_deltas["q_norm"]["scale"], c.rms_norm_eps)
         k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    if cache is None:  # A whole sequence at once: it attends to its own keys.
-        attended = attention(q, k, v, mask)
+    new = KVCache(heads_major(k), heads_major(v))
+    if prefix is None:
+        attended = attention(q, [new], masks[1])
     else:
-        attended, cache = cached_attention(q, k, v, mask, cache, index, write_index)
+        attended = attention(q, [prefix, new], jnp.concatenate(masks, axis=-1))
     h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
     x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
                  c.rms_norm_eps)
-    return h + mlp(x, layer["mlp"], deltas["mlp"]), cache
+    return h + mlp(x, layer["mlp"], deltas["mlp"]), new
 
 
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                      cache: KVCache, index: jax.Array, write_index: jax.Array
                      ) -> tuple[jax.Array, KVCache]:
-    """Writes new keys/values into layer ``index`` of the cache, then attends (B, T, H*hd)."""
-    start = (index, 0, write_index, 0, 0)
-    cache = KVCache(jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start),
-                    jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start))
-    return attention(q, cache.k[index], cache.v[index], mask), cache
+    """Writes new keys/values (B, T, K, hd) into layer ``index`` of the cache, then attends
+    (B, T, H*hd) with ``mask`` (B, T, S) (the hybrid models' path, whose recurrent layers
+    need the cache in the scan's carry anyway)."""
+    start = (index, 0, 0, write_index, 0)
+    cache = KVCache(*(jax.lax.dynamic_update_slice(full, heads_major(new)[None].astype(full.dtype),
+                                                   start)
+                      for full, new in ((cache.k, k), (cache.v, v))))
+    return attention(q, [KVCache(cache.k[index], cache.v[index])], mask), cache
 
 
 def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
@@ -324,7 +350,8 @@ def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
 
 def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
             positions: jax.Array, kv_mask: jax.Array, cache: KVCache | None,
-            write_index: jax.Array, remat: bool = False) -> tuple[jax.Array, KVCache | None]:
+            write_index: jax.Array, remat: bool = False, token_mask: jax.Array | None = None
+            ) -> tuple[jax.Array, KVCache | None]:
     """Runs the decoder over new tokens, attending to the cache; returns final hidden states.
 
     Args:
@@ -340,6 +367,9 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
       write_index: scalar slot of the first new token.
       remat: recompute each layer's activations in the backward pass
         (``jax.checkpoint`` of the layer scan's body) instead of storing them.
+      token_mask: (B, T) the real new tokens (default: ``kv_mask``'s slots of them). A
+        padded new token's slot may then hold a cached token (``kv_mask`` True there),
+        which it keeps and which the new tokens attend to (attention-only models).
 
     Returns:
       Final-normed hidden states (B, T, d) and the updated cache.
@@ -349,22 +379,42 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
 
         return qwen3_5.forward(config, params, deltas, tokens, positions, kv_mask, cache,
                                write_index, remat)
-    mask = causal_mask(kv_mask, write_index, tokens.shape[1])
+    T = tokens.shape[1]
+    if token_mask is None:
+        token_mask = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, T, axis=1)
+    new_slots = jax.lax.dynamic_update_slice_in_dim(jnp.zeros_like(kv_mask), token_mask,
+                                                    write_index, axis=1)
+    cached = kv_mask & ~new_slots
+    causal = jnp.arange(T)[:, None] >= jnp.arange(T)[None, :]
+    masks = (causal_mask(cached, write_index, T), causal[None] & token_mask[:, None, :])
     h = embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
     rope = rope_tables(config, positions, h.dtype)
 
-    def body(carry, xs):
-        h, cache = carry
-        layer, layer_deltas, index = xs
-        return _layer(config, h, layer, layer_deltas, rope, mask, cache, index, write_index), None
+    def body(h, xs):
+        layer, layer_deltas, prefix = xs
+        return _layer(config, h, layer, layer_deltas, rope, masks, prefix)
 
     if remat:
         body = jax.checkpoint(body)
-    xs = (params["layers"], deltas["layers"], jnp.arange(config.num_layers))
-    (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
+    h, new = jax.lax.scan(body, h, (params["layers"], deltas["layers"], cache))
+    if cache is not None:
+        cache = KVCache(*(write_slots(full, written, token_mask, write_index)
+                          for full, written in zip(cache, new)))
     h = rms_norm(h, params["final_norm"]["scale"], deltas["final_norm"]["scale"],
                  config.rms_norm_eps)
     return h, cache
+
+
+def write_slots(full: jax.Array, new: jax.Array, token_mask: jax.Array,
+                write_index: jax.Array) -> jax.Array:
+    """Every layer's new keys or values (L, B, K, T, hd) written in place into the cache
+    (L, B, K, S, hd) from slot ``write_index`` where ``token_mask`` (B, T) marks them real
+    (a padded slot keeps what it held: a row's cached prefix may sit there)."""
+    real = token_mask[None, :, None, :, None]
+    start = (0, 0, 0, write_index, 0)
+    held = jax.lax.dynamic_slice(full, start, new.shape)
+    return jax.lax.dynamic_update_slice(full, jnp.where(real, new.astype(full.dtype), held),
+                                        start)
 
 
 def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.Array:
@@ -397,7 +447,7 @@ def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> Any
 def empty_kv_cache(config: ModelConfig, layers: int, batch: int, length: int,
                    dtype: Any) -> KVCache:
     """A zero KV cache of ``layers`` attention layers with ``length`` slots."""
-    shape = (layers, batch, length, config.num_kv_heads, config.head_dim)
+    shape = (layers, batch, config.num_kv_heads, length, config.head_dim)
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 

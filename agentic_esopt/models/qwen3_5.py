@@ -39,7 +39,7 @@ class HybridCache(NamedTuple):
     """Generation state of a hybrid model.
 
     Attributes:
-      kv: KV cache of the full-attention layers, each (L_attn, B, S, K, head_dim).
+      kv: KV cache of the full-attention layers, each (L_attn, B, K, S, head_dim).
       conv: (L_lin, B, conv_kernel - 1, conv_dim) last inputs of each depthwise conv.
       recurrent: (L_lin, B, value_heads, key_head_dim, value_head_dim) float32 states.
     """

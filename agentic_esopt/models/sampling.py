@@ -28,6 +28,7 @@ import numpy as np
 from agentic_esopt.es import noise as es_noise
 from agentic_esopt.models import decoder
 from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models.kv_cache import ConversationCache, bucket
 from agentic_esopt.models.loading import Model
 
 PyTree = Any
@@ -71,8 +72,8 @@ class DecodeState(NamedTuple):
     """Loop state of one batch.
 
     Attributes:
-      cache: KV cache with S = prompt bucket + new-token bucket slots (for hybrid models a
-        ``qwen3_5.HybridCache``, which adds the linear layers' conv and recurrent states).
+      cache: KV cache of S slots (for hybrid models a ``qwen3_5.HybridCache``, which adds
+        the linear layers' conv and recurrent states).
       kv_mask: (B, S) slots holding real tokens.
       logits: (B, V) float32 logits for the next token.
       positions: (B,) rotary position of the next token.
@@ -81,6 +82,7 @@ class DecodeState(NamedTuple):
         ``GenerationOutput``).
       done: (B,) rows that hit EOS (or a stop string, set by the host).
       step: () tokens generated so far.
+      slot: () cache slot of the next generated token.
     """
 
     cache: Any
@@ -91,17 +93,7 @@ class DecodeState(NamedTuple):
     logprobs: jax.Array
     done: jax.Array
     step: jax.Array
-
-
-def bucket(n: int, minimum: int = 1) -> int:
-    """Smallest power of two or 1.5x power of two that is >= max(n, minimum)."""
-    n = max(n, minimum)
-    power = 1
-    while power < n:
-        if power >= 2 and power * 3 // 2 >= n:
-            return power * 3 // 2
-        power *= 2
-    return power
+    slot: jax.Array
 
 
 def sample_tokens(logits: jax.Array, keys: jax.Array, mode: SamplingMode,
@@ -138,22 +130,36 @@ def penalize(logits: jax.Array, tokens: jax.Array, step: jax.Array,
     return logits - penalties[0] * (counts > 0) - penalties[1] * counts
 
 
+def _feed(config: ModelConfig, params: PyTree, deltas: PyTree, cache: Any,
+          tokens: jax.Array, token_mask: jax.Array, positions: jax.Array, kv_mask: jax.Array,
+          start: jax.Array, new_tokens: int) -> DecodeState:
+    """Feeds a left-padded chunk (B, T) (real where ``token_mask``) into the cache from slot
+    ``start``: the state that decodes up to ``new_tokens`` tokens after it."""
+    batch, width = tokens.shape
+    h, cache = decoder.forward(config, params, deltas, tokens, positions, kv_mask, cache, start,
+                               token_mask=token_mask)
+    return DecodeState(cache=cache, kv_mask=kv_mask,
+                       logits=decoder.lm_head(config, params, deltas, h[:, -1]),
+                       positions=positions[:, -1] + 1,
+                       tokens=jnp.zeros((batch, new_tokens), jnp.int32),
+                       logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
+                       done=jnp.zeros((batch,), bool), step=jnp.int32(0),
+                       slot=start + width)
+
+
+_extend = jax.jit(_feed, static_argnames=("config", "new_tokens"), donate_argnames=("cache",))
+
+
 @functools.partial(jax.jit, static_argnames=("config", "new_tokens"))
 def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
              mask: jax.Array, new_tokens: int) -> DecodeState:
-    """Runs the left-padded prompts (B, P) through the model into a fresh cache."""
+    """Runs left-padded prompts (B, P) into a fresh cache of P + ``new_tokens`` slots."""
     batch, prompt_len = tokens.shape
     cache = decoder.empty_cache(config, batch, prompt_len + new_tokens,
                                 params["embed"]["embedding"].dtype)
     kv_mask = jnp.pad(mask.astype(bool), ((0, 0), (0, new_tokens)))
-    h, cache = decoder.forward(config, params, deltas, tokens, decoder.positions_from_mask(mask),
-                               kv_mask, cache, jnp.int32(0))
-    return DecodeState(cache=cache, kv_mask=kv_mask,
-                       logits=decoder.lm_head(config, params, deltas, h[:, -1]),
-                       positions=mask.sum(axis=-1).astype(jnp.int32),
-                       tokens=jnp.zeros((batch, new_tokens), jnp.int32),
-                       logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
-                       done=jnp.zeros((batch,), bool), step=jnp.int32(0))
+    return _feed(config, params, deltas, cache, tokens, mask.astype(bool),
+                 decoder.positions_from_mask(mask), kv_mask, jnp.int32(0), new_tokens)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "mode"), donate_argnames=("state",))
@@ -162,7 +168,6 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
             temperature: jax.Array, top_p: jax.Array, penalties: jax.Array,
             end_step: jax.Array) -> DecodeState:
     """Samples and feeds tokens until ``end_step`` tokens exist or every row is done."""
-    prompt_len = state.kv_mask.shape[1] - state.tokens.shape[1]
 
     def unfinished(s: DecodeState) -> jax.Array:
         return (s.step < end_step) & ~jnp.all(s.done)
@@ -173,16 +178,16 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
         token = sample_tokens(logits, keys, mode, temperature, top_p)
         logprob = jnp.take_along_axis(jax.nn.log_softmax(s.logits / temperature),
                                       token[:, None], axis=-1)[:, 0]
-        slot = prompt_len + s.step
-        kv_mask = s.kv_mask.at[:, slot].set(True)
+        kv_mask = s.kv_mask.at[:, s.slot].set(True)
         h, cache = decoder.forward(config, params, deltas, token[:, None], s.positions[:, None],
-                                   kv_mask, s.cache, slot)
+                                   kv_mask, s.cache, s.slot)
         return DecodeState(cache=cache, kv_mask=kv_mask,
                            logits=decoder.lm_head(config, params, deltas, h[:, 0]),
                            positions=s.positions + 1,
                            tokens=s.tokens.at[:, s.step].set(token),
                            logprobs=s.logprobs.at[:, s.step].set(logprob),
-                           done=s.done | jnp.isin(token, eos_ids), step=s.step + 1)
+                           done=s.done | jnp.isin(token, eos_ids), step=s.step + 1,
+                           slot=s.slot + 1)
 
     return jax.lax.while_loop(unfinished, step, state)
 
@@ -223,7 +228,7 @@ def logits(config: ModelConfig, params: PyTree, input_ids: Any, attention_mask: 
         deltas = _population_deltas(params, population, jnp.asarray(members))
         return _sequence_logits(config, params, deltas, input_ids, mask)
 
-    def member_logits(member_params, rows):
+    def member_logits(member_params, rows, _):
         rows = np.asarray(rows)
         return _sequence_logits(config, member_params, decoder.no_deltas(params),
                                 input_ids[rows], mask[rows])
@@ -237,7 +242,8 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
              stop: Sequence[str] | str | None = None,
              population: es_noise.Population | None = None,
              members: Any = None, streams: Any = None, presence_penalty: float = 0.0,
-             frequency_penalty: float = 0.0) -> GenerationOutput:
+             frequency_penalty: float = 0.0, cache: ConversationCache | None = None,
+             rows: Sequence[Any] | None = None) -> GenerationOutput:
     """Generates continuations for a batch of prompts.
 
     Args:
@@ -258,6 +264,11 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
         (common random numbers).
       presence_penalty: subtracted once from the logit of every token generated so far.
       frequency_penalty: subtracted from a generated token's logit per occurrence.
+      cache: a ``ConversationCache`` kept across calls: each row keeps the keys and values
+        of what it was fed, and a prompt that extends them feeds only its new tokens
+        (the outputs are those of a fresh call). Default: a fresh cache for this call.
+      rows: (B,) distinct hashable key per prompt naming its row in ``cache`` (e.g. an
+        episode's (member, task)); required with ``cache``.
 
     Returns:
       A ``GenerationOutput`` in prompt order.
@@ -272,15 +283,25 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
                                top_p, key, stop, (presence_penalty, frequency_penalty))
     members = _check_members(population, members, len(token_lists))
     streams = _check_streams(streams, len(token_lists))
+    if (cache is None) != (rows is None):
+        raise ValueError("cache and rows go together: a key per prompt names its row.")
+    if cache is None:
+        cache, rows = ConversationCache(), range(len(token_lists))
+    rows = list(rows)
+    if len(rows) != len(token_lists):
+        raise ValueError(f"rows must name each of the {len(token_lists)} prompts, got "
+                         f"{len(rows)}.")
+    cache.check_fits(token_lists, max_new_tokens)
     if population is not None and population.noise == "full":
         results = _run_each_member(
             model.params, population, members,
-            lambda member_params, rows: _generate_batch(
-                model.config, member_params, [token_lists[r] for r in rows],
-                [streams[r] for r in rows], settings))
+            lambda member_params, batch, member: _generate_batch(
+                model.config, member_params, [token_lists[r] for r in batch],
+                [streams[r] for r in batch], settings, cache, member,
+                [rows[r] for r in batch]))
     else:
         results = _generate_batch(model.config, model.params, token_lists, streams, settings,
-                                  population, members)
+                                  cache, None, rows, population, members)
     texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids, _ in results))
     logprobs = [row_logprobs[:len(ids)] for (_, row_logprobs), ids in zip(results, token_ids)]
     return GenerationOutput(list(texts), list(token_ids), list(reasons), logprobs)
@@ -404,8 +425,9 @@ def _check_streams(streams: Any, batch: int) -> list[int]:
 
 
 def _run_each_member(params: PyTree, population: es_noise.Population, members: np.ndarray,
-                     run: Callable[[PyTree, list[int]], Sequence[Any]]) -> list[Any]:
-    """Full-rank populations: ``run(member params, rows)`` per distinct member, one at a time.
+                     run: Callable[[PyTree, list[int], int], Sequence[Any]]) -> list[Any]:
+    """Full-rank populations: ``run(member params, rows, member)`` per distinct member, one
+    at a time.
 
     Returns the per-row results in row order.
     """
@@ -414,60 +436,62 @@ def _run_each_member(params: PyTree, population: es_noise.Population, members: n
         groups.setdefault(member, []).append(row)
     results = {}
     for member, rows in groups.items():
-        results.update(zip(rows, run(es_noise.perturb(params, population, member), rows)))
+        results.update(zip(rows, run(es_noise.perturb(params, population, member), rows,
+                                     member)))
     return [results[row] for row in range(len(members))]
 
 
 def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[int]],
-                    streams: list[int], settings: _Settings,
+                    streams: list[int], settings: _Settings, cache: ConversationCache,
+                    part: Any, rows: list[Any],
                     population: es_noise.Population | None = None,
                     members: np.ndarray | None = None
                     ) -> list[tuple[list[int], list[float]]]:
-    """(generated ids (cut after EOS), their log-probabilities) per row of one left-padded,
-    bucketed batch."""
-    batch = len(token_lists)
-    padded_batch = bucket(batch)
-    prompt_len = bucket(max(len(ids) for ids in token_lists), MIN_PROMPT_BUCKET)
-    tokens = np.full((padded_batch, prompt_len), settings.pad_id, np.int32)
-    mask = np.zeros((padded_batch, prompt_len), np.int32)
-    mask[batch:, -1] = 1  # Filler rows hold one pad token.
-    for i, ids in enumerate(token_lists):
-        tokens[i, prompt_len - len(ids):] = ids
-        mask[i, prompt_len - len(ids):] = 1
+    """(generated ids (cut after EOS), their log-probabilities) per row: the prompts' new
+    tokens are fed into ``cache``'s rows, then decoded in one batch."""
+    new_tokens = bucket(settings.max_new_tokens, MIN_NEW_TOKENS_BUCKET)
+    chunk, kv = cache.prepare(config, params["embed"]["embedding"].dtype, part, rows,
+                              token_lists, MIN_PROMPT_BUCKET, new_tokens, settings.pad_id)
+    padded_batch = chunk.tokens.shape[0]
+    called = np.zeros(padded_batch, bool)
+    called[chunk.batch] = True
     if population is None:
         deltas = decoder.no_deltas(params)
     else:
         padded_members = np.zeros(padded_batch, np.int32)
-        padded_members[:batch] = members
+        padded_members[chunk.batch] = members
         deltas = _population_deltas(params, population, jnp.asarray(padded_members))
-    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(
-        settings.key, jnp.asarray(streams + [0] * (padded_batch - batch), jnp.int32))
-    state = _prefill(config, params, deltas, jnp.asarray(tokens), jnp.asarray(mask),
-                     new_tokens=bucket(settings.max_new_tokens, MIN_NEW_TOKENS_BUCKET))
-    state = state._replace(done=jnp.arange(padded_batch) >= batch)  # Filler rows never wait.
-    chunk = STOP_CHECK_INTERVAL if settings.stop else settings.max_new_tokens
+    padded_streams = np.zeros(padded_batch, np.int32)
+    padded_streams[chunk.batch] = streams
+    row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(settings.key,
+                                                               jnp.asarray(padded_streams))
+    state = _extend(config, params, deltas, kv, jnp.asarray(chunk.tokens),
+                    jnp.asarray(chunk.tokens_mask), jnp.asarray(chunk.positions), jnp.asarray(chunk.kv_mask),
+                    jnp.int32(chunk.start), new_tokens=new_tokens)
+    state = state._replace(done=jnp.asarray(~called))  # Rows not called never wait.
+    interval = STOP_CHECK_INTERVAL if settings.stop else settings.max_new_tokens
     eos_ids = jnp.asarray(settings.eos_ids or (-1,), jnp.int32)
     steps = 0
     while steps < settings.max_new_tokens:
-        end = min(steps + chunk, settings.max_new_tokens)
+        end = min(steps + interval, settings.max_new_tokens)
         state = _decode(config, settings.mode, params, deltas, state, row_keys, eos_ids,
                         jnp.float32(settings.temperature), jnp.float32(settings.top_p),
                         jnp.asarray(settings.penalties, jnp.float32), jnp.int32(end))
         steps = int(state.step)
-        done = np.array(state.done[:batch])
+        done = np.array(state.done)
         if settings.stop and not done.all():
-            generated = np.asarray(state.tokens[:batch, :steps])
+            generated = np.asarray(state.tokens[:, :steps])
             for row in np.flatnonzero(~done):
                 text = settings.decode(generated[row].tolist())
                 done[row] = _stop_index(text, settings.stop) is not None
-            state = state._replace(done=jnp.asarray(np.pad(done, (0, padded_batch - batch),
-                                                           constant_values=True)))
+            state = state._replace(done=jnp.asarray(done))
         if done.all():
             break
-    generated = np.asarray(state.tokens[:batch, :steps])
-    logprobs = np.asarray(state.logprobs[:batch, :steps])
-    rows = [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
-    return [(ids, row_logprobs[:len(ids)].tolist()) for ids, row_logprobs in zip(rows, logprobs)]
+    generated = np.asarray(state.tokens[chunk.batch, :steps])
+    logprobs = np.asarray(state.logprobs[chunk.batch, :steps])
+    cache.record(part, chunk, state.cache, generated)
+    cut = [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
+    return [(ids, row_logprobs[:len(ids)].tolist()) for ids, row_logprobs in zip(cut, logprobs)]
 
 
 def _cut_after_eos(ids: list[int], eos_ids: tuple[int, ...]) -> list[int]:

@@ -180,6 +180,8 @@ def test_model_policy_templates_trims_and_routes_members():
     assert (first["temperature"], first["top_k"], first["top_p"]) == (0.5, 5, None)
     assert (first["presence_penalty"], first["frequency_penalty"]) == (2.0, 0.0)
     assert first["stop"] == ("Observation:",)
+    assert first["rows"] == [(3, 4), (1, 0)]  # Each episode keeps its KV cache.
+    assert second["cache"] is first["cache"] and second["rows"] == [(0, 4)]
     assert not np.array_equal(jax.random.key_data(first["key"]),
                               jax.random.key_data(second["key"]))
 
@@ -189,6 +191,10 @@ def test_model_policy_templates_trims_and_routes_members():
     assert greedy([long], [5], [0]) == ["set reply 0"]
     assert calls[-1][0][0].endswith("|assistant:set ") and calls[-1][1]["stop"] == ("\n",)
     assert calls[-1][1]["members"] is None and calls[-1][1]["key"] is None
+    uncached = rollout.Options(keep_kv_cache=False)
+    rollout.make_model_policy(FakeModel(), None, uncached, temperature=0.0, key=None,
+                              generate=fake_generate)([long], [0], [0])
+    assert calls[-1][1]["cache"] is None and calls[-1][1]["rows"] is None
     with pytest.raises(ValueError, match="needs a key"):
         rollout.make_model_policy(FakeModel(), None, options, temperature=1.0, key=None,
                                   generate=fake_generate)

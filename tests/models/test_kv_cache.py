@@ -1,0 +1,129 @@
+"""KV caches kept across turns: the same tokens as re-prefilling every turn, bounded memory."""
+
+import jax
+import numpy as np
+import pytest
+
+from agentic_esopt import es, models
+from agentic_esopt.models import kv_cache
+
+TURNS = 4
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def model(request, hf_checkpoint):
+    return models.load(hf_checkpoint(request.param, seed=3)[1])
+
+
+def observations(rows: int, turn: int) -> list[list[int]]:
+    """Each row's new observation at a turn: lengths differ across rows and turns."""
+    rng = np.random.RandomState(100 * turn + rows)
+    return [rng.randint(3, 250, 2 + (5 * row + 3 * turn) % 9).tolist() for row in range(rows)]
+
+
+def play(model, kept, rows=6, active=lambda turn: range(6), **kwargs):
+    """A multi-turn token conversation: each turn's prompt is the last prompt, the reply and
+    a new observation. ``kept``: one ConversationCache for every turn, else fresh calls.
+    Returns every turn's replies and log-probabilities."""
+    cache = models.ConversationCache() if kept else None
+    prompts = observations(rows, 0)
+    outputs = []
+    for turn in range(TURNS):
+        called = list(active(turn))
+        out = models.generate(model, [prompts[r] for r in called], max_new_tokens=5,
+                              cache=cache, rows=called if kept else None,
+                              streams=called, **kwargs)
+        outputs.append((out.token_ids, out.logprobs))
+        new = observations(rows, turn + 1)
+        for r, ids in zip(called, out.token_ids):
+            prompts[r] = prompts[r] + ids + new[r]
+    return outputs
+
+
+def assert_same(kept, fresh):
+    for (kept_ids, kept_logprobs), (fresh_ids, fresh_logprobs) in zip(kept, fresh):
+        assert kept_ids == fresh_ids
+        for a, b in zip(kept_logprobs, fresh_logprobs):
+            np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_kept_cache_gives_the_tokens_of_re_prefilling_greedy(model):
+    assert_same(play(model, kept=True), play(model, kept=False))
+
+
+def test_a_turn_feeds_only_the_new_observation(model):
+    cache = models.ConversationCache()
+    prompts = observations(3, 0)
+    expected_fed = [sum(map(len, prompts))]  # Then each turn's new observations.
+    fed = []
+    for turn in range(TURNS):
+        before = cache.fed_tokens
+        out = models.generate(model, prompts, max_new_tokens=5, cache=cache, rows=range(3))
+        fed.append(cache.fed_tokens - before)
+        new = observations(3, turn + 1)
+        expected_fed.append(sum(map(len, new)))
+        prompts = [p + ids + obs for p, ids, obs in zip(prompts, out.token_ids, new)]
+    assert fed == expected_fed[:TURNS]
+
+
+def test_kept_cache_gives_the_tokens_of_re_prefilling_sampling(model):
+    sampling = dict(temperature=1.0, key=jax.random.key(7))
+    assert_same(play(model, True, **sampling), play(model, False, **sampling))
+
+
+def test_finished_rows_drop_out_and_the_rest_match(model):
+    active = lambda turn: range(6 - 2 * turn) if turn < 3 else [1]  # 6, 4, 2, 1 rows.
+    assert_same(play(model, True, active=active), play(model, False, active=active))
+
+
+def test_population_members_keep_their_caches(model):
+    for noise in ("lowrank", "full"):
+        strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3,
+                                    noise=noise, rank=2)
+        population = strategy.ask(strategy.init(jax.random.key(1), model.params))
+        members = np.array([0, 1, 2, 0, 1, 2], np.int32)
+        kwargs = dict(population=population, members=members)
+        assert_same(play(model, True, **kwargs), play(model, False, **kwargs))
+
+
+def test_trimmed_history_re_prefills_what_changed(model):
+    cache = models.ConversationCache()
+    first = models.generate(model, [[5, 6, 7, 8, 9]], max_new_tokens=3, cache=cache,
+                            rows=["a"])
+    # A prompt that drops the middle of the history keeps only the common prefix.
+    trimmed = [5, 6, 40, 41] + first.token_ids[0]
+    kept = models.generate(model, [trimmed], max_new_tokens=3, cache=cache, rows=["a"])
+    fresh = models.generate(model, [trimmed], max_new_tokens=3)
+    assert kept.token_ids == fresh.token_ids
+
+
+def test_a_prompt_longer_than_the_context_is_a_clear_error(model):
+    cache = models.ConversationCache(max_context=32)
+    with pytest.raises(ValueError, match="exceeds max_context=32"):
+        models.generate(model, [list(range(3, 30))], max_new_tokens=8, cache=cache,
+                        rows=[0])
+
+
+def test_kept_caches_stay_within_the_maximum_context(model):
+    cache = models.ConversationCache(max_context=64)
+    prompts = [[3, 4, 5], [6, 7]]
+    for _ in range(12):  # Each turn adds up to 3 + 2 tokens; the prompt stays short of 64.
+        out = models.generate(model, prompts, max_new_tokens=3, cache=cache, rows=[0, 1])
+        prompts = [(p + ids + [9, 10])[-40:] for p, ids in zip(prompts, out.token_ids)]
+        # Rows, times the context plus the new-token bucket's rounding (16 - 3).
+        assert cache.slot_count() <= 2 * (64 + 13)
+
+
+def test_cache_and_rows_go_together(model):
+    with pytest.raises(ValueError, match="cache and rows go together"):
+        models.generate(model, [[3, 4]], cache=models.ConversationCache())
+    with pytest.raises(ValueError, match="distinct"):
+        models.generate(model, [[3, 4], [5]], cache=models.ConversationCache(), rows=[1, 1])
+
+
+def test_common_prefix():
+    held = np.array([1, 2, 3, 4], np.int32)
+    assert kv_cache.common_prefix(held, [1, 2, 9]) == 2
+    assert kv_cache.common_prefix(held, [1, 2, 3, 4, 5]) == 4
+    assert kv_cache.common_prefix(held, [7]) == 0
+    assert kv_cache.common_prefix(held[:0], [7]) == 0
