@@ -33,6 +33,7 @@ from absl import logging
 
 from agentic_esopt import es
 from agentic_esopt.fileio import atomic_write_text
+from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import metrics, updates
 from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
@@ -59,8 +60,20 @@ def _flatten(values: dict, prefix: str = "") -> dict:
     return flat
 
 
-def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
-    """Records ``config`` in a new workdir, or checks it equals the one recorded there.
+def _without_layout(values: dict) -> dict:
+    return {name: section for name, section in values.items()
+            if name not in config_lib.LAYOUT_SECTIONS}
+
+
+def save_or_check_config(files: RunFiles, config: TrainConfig, write: bool = True) -> None:
+    """Records ``config`` in a new workdir, or checks it equals the one recorded there
+    (``mesh`` and ``distributed`` may differ: a run resumes under another layout).
+
+    Args:
+      files: the workdir's files.
+      config: the run's config.
+      write: record a new workdir's config (False: only check, as processes other than
+        the first do).
 
     Raises:
       ValueError: listing every field that differs from the recorded run (a resumed run
@@ -70,11 +83,12 @@ def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
         if os.path.isdir(files.checkpoints) and os.listdir(files.checkpoints):
             raise ValueError(f"{files.workdir!r} has checkpoints but no config.json; it was "
                              "not made by this trainer, use another workdir")
-        atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
+        if write:
+            atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
         return
     with open(files.config, encoding="utf-8") as f:
-        saved = _flatten(json.load(f))
-    current = _flatten(config.to_dict())
+        saved = _flatten(_without_layout(json.load(f)))
+    current = _flatten(_without_layout(config.to_dict()))
     changed = [f"{name}: {saved.get(name, '<missing>')!r} in the workdir, "
                f"{current.get(name, '<missing>')!r} now"
                for name in sorted(set(saved) | set(current))
