@@ -325,11 +325,12 @@ def process_slice(size: int) -> range:
 
 
 def allgather_bytes(data: bytes) -> list[bytes]:
-    """Every process's ``data``, in process order (``[data]`` on one process)."""
+    """Every process's ``data``, in process order (``[data]`` on one process). Padded to
+    a power of two, so few gathers of different sizes compile."""
     if jax.process_count() == 1:
         return [data]
     lengths = multihost_utils.process_allgather(np.array([len(data)], np.int64)).reshape(-1)
-    padded = np.zeros(int(lengths.max()), np.uint8)
+    padded = np.zeros(1 << int(lengths.max()).bit_length(), np.uint8)
     padded[:len(data)] = np.frombuffer(data, np.uint8)
     gathered = multihost_utils.process_allgather(padded)
     return [gathered[p, :n].tobytes() for p, n in enumerate(lengths)]
