@@ -156,8 +156,9 @@ class Checkpointer:
         step = int(state.generation)
         checksum = state_checksum(state)
         if jax.process_count() > 1:
-            multihost_utils.assert_equal(checksum, f"processes hold different states at "
-                                                   f"generation {step}")
+            multihost_utils.assert_equal(  # As bytes: JAX would narrow a uint32 to int32.
+                np.frombuffer(checksum.to_bytes(4, "little"), np.uint8),
+                f"processes hold different states at generation {step}")
         meta = {"step": step, "generation": step, "checksum": checksum,
                 "source": source_state or {}, "time": time.time()}
         self._manager.save(step, args=ocp.args.Composite(
