@@ -179,15 +179,20 @@ class Layout:
         """``params`` placed on this process's devices as the rules say."""
         return jax.device_put(params, self.shardings(params))
 
+    def commit(self, tree: PyTree) -> PyTree:
+        """Every leaf on this process's mesh: placed leaves keep their spec, the rest are
+        replicated (so jitted steps see the same shardings from the first call on)."""
+        return jax.tree.map(lambda leaf: jax.device_put(
+            leaf, NamedSharding(self.local, _local_spec(leaf))), tree)
+
     def to_global(self, tree: PyTree) -> PyTree:
         """Process-local arrays (the same on every process) as global arrays on ``mesh``,
         replicated across processes (what orbax writes once)."""
         if jax.process_count() == 1:
             return tree
-        specs = jax.tree.map(_local_spec, tree)
-        local = jax.tree.map(lambda leaf, spec: jax.device_put(
-            leaf, NamedSharding(self.local, spec)), tree, specs)
-        return multihost_utils.host_local_array_to_global_array(local, self.mesh, specs)
+        local = self.commit(tree)
+        return multihost_utils.host_local_array_to_global_array(
+            local, self.mesh, jax.tree.map(_local_spec, local))
 
     def to_local(self, tree: PyTree) -> PyTree:
         """The inverse of ``to_global``."""
@@ -195,6 +200,14 @@ class Layout:
             return tree
         specs = jax.tree.map(_local_spec, tree)
         return multihost_utils.global_array_to_host_local_array(tree, self.mesh, specs)
+
+
+def describe(layout: Layout | None) -> dict[str, Any]:
+    """Where a run or benchmark runs: backend, devices, processes, mesh and rules."""
+    return dict(backend=jax.default_backend(), device_kind=jax.devices()[0].device_kind,
+                device_count=jax.device_count(), process_count=jax.process_count(),
+                mesh=None if layout is None else dict(layout.mesh.shape),
+                rules=None if layout is None else [[p, list(s)] for p, s in layout.rules])
 
 
 def _local_spec(leaf: Any) -> P:
@@ -326,11 +339,11 @@ def process_slice(size: int) -> range:
 
 def allgather_bytes(data: bytes) -> list[bytes]:
     """Every process's ``data``, in process order (``[data]`` on one process). Padded to
-    a power of two, so few gathers of different sizes compile."""
+    a power of two of at least 64 KiB, so few gathers of different sizes compile."""
     if jax.process_count() == 1:
         return [data]
     lengths = multihost_utils.process_allgather(np.array([len(data)], np.int64)).reshape(-1)
-    padded = np.zeros(1 << int(lengths.max()).bit_length(), np.uint8)
+    padded = np.zeros(max(1 << 16, 1 << int(lengths.max()).bit_length()), np.uint8)
     padded[:len(data)] = np.frombuffer(data, np.uint8)
     gathered = multihost_utils.process_allgather(padded)
     return [gathered[p, :n].tobytes() for p, n in enumerate(lengths)]

@@ -127,8 +127,9 @@ def train(config: TrainConfig, workdir: str, *,
     with contextlib.ExitStack() as closing:
         checkpointer = closing.enter_context(contextlib.closing(
             Checkpointer(files.checkpoints, layout=layout)))
+        initial = rule.init(model.params)
         state, history = resume(files, config, rule, source, checkpointer,
-                                rule.init(model.params), primary)
+                                initial if layout is None else layout.commit(initial), primary)
         start = int(state.generation)
         if start:
             logging.info("resuming %s after generation %d of %d", files.workdir, start, total)
