@@ -12,8 +12,8 @@ parameter itself. For each parameter dtype and σ this measures, on --model:
   and a low-rank member (σ·(x A)Bᵀ added inside every linear, so it never rounds into a
   weight) make on a random batch;
 * one SGD step of size --learning_rate on the rewards (1, 0, ...): ``updated_fraction`` of
-  entries it changes, and ``update_kept``: ‖θ_new − θ‖ / ‖α ĝ‖ (1 = nothing lost to
-  rounding).
+  entries it changes, and ``update_error``: ‖(θ_new − θ) − α ĝ‖ / ‖α ĝ‖, the share of the
+  step lost or distorted by rounding (α ĝ: the same step taken on float32 copies).
 
 Prints one JSON object with the devices it ran on.
 """
@@ -47,6 +47,10 @@ def changed_fraction(before, after) -> dict[str, float]:
     return {kind: changed / total for kind, (changed, total) in counts.items()}
 
 
+def tree_norm(tree) -> jax.Array:
+    return jnp.sqrt(sum(jnp.sum(leaf ** 2) for leaf in jax.tree.leaves(tree)))
+
+
 def measure(model, sigma: float, learning_rate: float, size: int) -> dict:
     """The figures of the module docstring for one model and σ."""
     config, params = model.config, model.params
@@ -62,13 +66,14 @@ def measure(model, sigma: float, learning_rate: float, size: int) -> dict:
             figures["perturbed_fraction"] = changed_fraction(params, member)
             member_logits = models.logits(config, member, tokens)
             rewards = np.eye(size)[0]
-            new_state, metrics = strategy.tell(state, population, rewards)
-            moved = jax.tree.map(lambda a, b: a.astype(jnp.float32) - b.astype(jnp.float32),
-                                 new_state.params, params)
-            figures["updated_fraction"] = changed_fraction(params, new_state.params)
-            figures["update_kept"] = float(jnp.sqrt(sum(jnp.sum(m ** 2) for m in
-                                                        jax.tree.leaves(moved)))
-                                           / metrics["update_norm"])
+            new_params = strategy.tell(state, population, rewards)[0].params
+            as_float32 = jax.tree.map(lambda p: p.astype(jnp.float32), params)
+            intended = strategy.tell(strategy.init(0, as_float32), population, rewards)[0]
+            step = jax.tree.map(jnp.subtract, intended.params, as_float32)
+            error = jax.tree.map(lambda new, old, s: new.astype(jnp.float32) - old - s,
+                                 new_params, as_float32, step)
+            figures["updated_fraction"] = changed_fraction(params, new_params)
+            figures["update_error"] = float(tree_norm(error) / tree_norm(step))
         else:
             member_logits = models.logits(config, params, tokens, population=population,
                                           members=np.zeros(tokens.shape[0], np.int32))

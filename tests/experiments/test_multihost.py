@@ -1,8 +1,9 @@
 """Pods on one CPU: a mesh run equals the plain run; 2 processes (jax.distributed with CPU
 collectives on 127.0.0.1) equal 1 process, also after kill -9 of the whole job and a rerun.
 
-Every run is the digits launcher (rewards that vary) in subprocesses sharing a persistent
-compilation cache; each process sees the 8 fake devices of ``tests/conftest.py``.
+Runs use the digits environment (rewards that vary); the launcher runs in subprocesses
+sharing a persistent compilation cache; each process sees the 8 fake devices of
+``tests/conftest.py``.
 """
 
 import os
@@ -126,13 +127,13 @@ def test_kill_9_of_both_processes_then_the_same_command_resumes_bitwise(referenc
 
 
 def test_a_mesh_run_writes_the_same_history_as_a_plain_run(reference, tmp_path):
-    workdir, cache = reference
-    logs = str(tmp_path / "mesh")
-    finish([launch(tmp_path / "mesh", cache, f"{logs}-0.log",
-                   "--config.mesh.shape=data:4,model:2")], logs)
+    workdir, _ = reference
+    result = training.train(CONFIG.replace(mesh=dict(shape="data:4,model:2")), tmp_path)
     expected = [r["rewards"] for r in es.history.read(workdir / "history.jsonl")[1]]
-    assert [r["rewards"] for r in es.history.read(
-        tmp_path / "mesh" / "history.jsonl")[1]] == expected
-    final, plain = final_state(tmp_path / "mesh"), final_state(workdir)
-    for a, b in zip(jax.tree.leaves(final.params), jax.tree.leaves(plain.params), strict=True):
+    assert [r["rewards"] for r in es.history.read(tmp_path / "history.jsonl")[1]] == expected
+    kernel = result.state.params["layers"]["mlp"]["down_proj"]["kernel"]
+    # The fsdp preset (L, in/2, out) on each of the 8 devices, kept through every tell.
+    assert [shard.data.shape for shard in kernel.addressable_shards] == [(2, 64, 64)] * 8
+    for a, b in zip(jax.tree.leaves(result.state.params),
+                    jax.tree.leaves(final_state(workdir).params), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
