@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
@@ -95,7 +96,8 @@ class EpisodeRewards:
 
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None,
-              members: Any, keep_tokens: bool = False) -> list[rollout.Trajectory]:
+              members: Sequence[int], keep_tokens: bool = False
+              ) -> list[rollout.Trajectory]:
         if not members:
             return []
         policy = rollout.make_model_policy(model, population, self.options,
