@@ -1,5 +1,6 @@
-"""Pods on one CPU: a mesh run equals the plain run; 2 processes (jax.distributed with CPU
-collectives on 127.0.0.1) equal 1 process, also after kill -9 of the whole job and a rerun.
+"""Pods on one CPU: a mesh run equals the plain run; 2 and 4 processes (jax.distributed with
+CPU collectives on 127.0.0.1) equal 1 process, also after kill -9 of the whole job (2
+processes) and a rerun.
 
 Runs use the digits environment (rewards that vary); the launcher runs in subprocesses
 sharing a persistent compilation cache; each process sees the 8 fake devices of
@@ -101,10 +102,11 @@ def reference(tmp_path_factory):
     return folder / "reference", folder / "cache"
 
 
-def test_two_processes_end_where_one_process_ends(reference, tmp_path):
+@pytest.mark.parametrize("count", [2, 4])
+def test_processes_end_where_one_process_ends(reference, tmp_path, count):
     workdir, cache = reference
     logs = str(tmp_path / "run")
-    finish(launch_processes(tmp_path / "run", cache, logs, 2), logs)
+    finish(launch_processes(tmp_path / "run", cache, logs, count), logs)
     assert_same_run(tmp_path / "run", workdir)
     assert "| mean reward |" in open(f"{logs}-0.log").read()
     assert "| mean reward |" not in open(f"{logs}-1.log").read()  # Only process 0 reports.
