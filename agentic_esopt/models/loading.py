@@ -6,8 +6,9 @@ transposed to (in, out). Every name, shape and dtype is checked against the head
 any tensor data is read, and each leaf is read, converted and placed on device one at a
 time. Given shardings (``sharding.Layout.shardings``), each device's shard of a leaf is
 read straight from the memory-mapped file (``jax.make_array_from_callback``), so a model
-larger than one device never has a full copy on any device. ``HF_NAMES``, ``hf_names`` and ``is_kernel`` are the one definition of this
-mapping; ``export`` writes checkpoints with its inverse.
+larger than one device never has a full copy on any device. ``HF_NAMES``, ``hf_names``
+and ``is_kernel`` are the one definition of this mapping; ``export`` writes checkpoints
+with its inverse.
 """
 
 from __future__ import annotations
