@@ -4,7 +4,9 @@
 
 Prints one JSON object: per noise mode, the median wall time of ``ask``, ``perturb`` and
 ``tell`` (after a warm-up call, so compilation is excluded) and tell's compiled temp memory
-from XLA's memory analysis, for each population size.
+from XLA's memory analysis, for each population size; and where it ran (backend, devices,
+processes, mesh, rules) and the parameter dtype. ``--mesh=data:1,model:8`` shards the
+tree over a mesh by ``--rules`` first.
 """
 
 import json
@@ -16,17 +18,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentic_esopt import es
+from agentic_esopt import es, sharding
+from agentic_esopt.models import loading
 
 _POPULATION_SIZES = flags.DEFINE_list("population_sizes", ["8", "32", "128"],
                                       "Population sizes G.")
 _NOISE = flags.DEFINE_list("noise", ["full", "lowrank"], "Noise modes.")
 _PARAMS = flags.DEFINE_float("params", 100e6, "Approximate number of parameters.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repeats per figure (median).")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", list(loading.DTYPES), "Parameter dtype.")
+_MESH = flags.DEFINE_string("mesh", "", "Mesh shape, e.g. data:1,model:8 (empty: none).")
+_RULES = flags.DEFINE_string("rules", "fsdp", "Sharding rules: a preset or explicit rules.")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON result.")
 
 
-def llm_like_tree(num_params: float) -> dict:
+def llm_like_tree(num_params: float, dtype=jnp.float32) -> dict:
     """A decoder-shaped pytree (stacked layers, embedding, norms) of ~num_params floats."""
     width, vocab = 1024, 32768
     per_layer = 4 * width * width + 3 * width * 4 * width + 2 * width
@@ -41,8 +47,8 @@ def llm_like_tree(num_params: float) -> dict:
                    "post_norm": {"scale": (layers, width)}},
         "final_norm": {"scale": (width,)},
     }
-    return jax.tree.map(lambda s: jax.random.normal(key, s, jnp.float32) * 0.02, shapes,
-                        is_leaf=lambda s: isinstance(s, tuple))
+    return jax.tree.map(lambda s: (jax.random.normal(key, s, jnp.float32) * 0.02).astype(dtype),
+                        shapes, is_leaf=lambda s: isinstance(s, tuple))
 
 
 def median_seconds(fn, repeats: int) -> float:
@@ -77,14 +83,17 @@ def bench_mode(params, noise: str, sizes: list[int], repeats: int) -> dict:
 
 def main(argv):
     del argv
-    params = llm_like_tree(_PARAMS.value)
+    layout = sharding.layout(sharding.MeshOptions(_MESH.value, _RULES.value))
+    params = llm_like_tree(_PARAMS.value, loading.resolve_dtype(_DTYPE.value))
+    if layout is not None:
+        params = layout.place(params)
     num_params = sum(x.size for x in jax.tree.leaves(params))
     sizes = [int(s) for s in _POPULATION_SIZES.value]
     result = {
-        "backend": jax.default_backend(),
-        "devices": [d.device_kind for d in jax.devices()],
+        **sharding.describe(layout),
+        "dtype": _DTYPE.value,
         "num_params": num_params,
-        "param_bytes": 4 * num_params,
+        "param_bytes": sum(x.nbytes for x in jax.tree.leaves(params)),
         "repeats": _REPEATS.value,
         "modes": {noise: bench_mode(params, noise, sizes, _REPEATS.value)
                   for noise in _NOISE.value},

@@ -13,7 +13,9 @@ sequential full-rank members (perturb, then generate each member's rows). Last, 
 row (``qwen3_5``): a random hybrid model of a small Qwen3.5 shape (``QWEN3_5_SHAPE``), built
 with transformers and loaded from a temporary folder, timed at --qwen3_5_batch rows against
 transformers' torch fallback kernels (chunked gated delta rule, causal conv) on the same
-weights.
+weights. The object also says where it ran (backend, devices, processes, mesh, rules);
+``--mesh=data:4,model:2`` loads the parameters sharded by ``--rules`` (generation then
+follows their shardings through jit).
 """
 
 import json
@@ -26,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentic_esopt import es, models
+from agentic_esopt import es, models, sharding
 from agentic_esopt.models import decoder, loading, sampling
 
 _MODEL = flags.DEFINE_string("model", "smollm2-135m", "Model name or path for models.load.")
@@ -41,6 +43,8 @@ _SEQUENTIAL_MEMBERS = flags.DEFINE_integer(
     "sequential_members", 4, "Full-rank members actually run (the figure is per token).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed runs per figure; the fastest counts.")
 _TORCH = flags.DEFINE_bool("torch", True, "Also time transformers+torch generate.")
+_MESH = flags.DEFINE_string("mesh", "", "Mesh shape, e.g. data:4,model:2 (empty: none).")
+_RULES = flags.DEFINE_string("rules", "fsdp", "Sharding rules: a preset or explicit rules.")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON result.")
 _QWEN3_5 = flags.DEFINE_bool("qwen3_5", True, "Also time a random small Qwen3.5 model.")
 _QWEN3_5_BATCH = flags.DEFINE_integer("qwen3_5_batch", 8, "Rows of the Qwen3.5 row.")
@@ -300,7 +304,8 @@ def qwen3_5_benchmark(prompt_len: int, new_tokens: int, batch: int, dtype: str) 
 
 def main(argv):
     del argv
-    model = models.load(_MODEL.value, _DTYPE.value)
+    layout = sharding.layout(sharding.MeshOptions(_MESH.value, _RULES.value))
+    model = models.load(_MODEL.value, _DTYPE.value, layout and layout.shardings)
     config = model.config
     prompt_len, new_tokens = _PROMPT_LEN.value, _NEW_TOKENS.value
     if _TORCH.value:
@@ -309,7 +314,7 @@ def main(argv):
         torch.set_num_threads(os.cpu_count())
         reference = torch_model(model, _DTYPE.value)
     peak = matmul_gflops(1024, config.hidden_size, config.intermediate_size)
-    result = dict(model=_MODEL.value, dtype=_DTYPE.value, device=jax.devices()[0].device_kind,
+    result = dict(model=_MODEL.value, dtype=_DTYPE.value, **sharding.describe(layout),
                   prompt_len=prompt_len, new_tokens=new_tokens,
                   matmul_params=matmul_params(config), matmul_gflops=peak, batches={})
     plain = {}

@@ -8,7 +8,8 @@ r"""Trains an LLM agent: any environment, any update rule, one loop.
 
 Any field of the config file can be overridden with a dotted flag. Every problem of every
 section is reported before the model loads. Rerunning the same command resumes the run in
-its workdir.
+its workdir. With ``--config.distributed.*`` set, every process runs this same command
+(``jax.distributed`` starts before anything touches a device); only process 0 prints.
 """
 
 from collections.abc import Sequence
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from absl import app, flags
 from ml_collections import config_flags
 
-from agentic_esopt import training
+from agentic_esopt import sharding, training
 from experiments import launch
 
 _CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/cpu_default.py",
@@ -31,8 +32,10 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     config = launch.train_config(_CONFIG.value)
+    sharding.initialize(config.distributed)
     result = training.train(config, _WORKDIR.value)
-    print(training.report.summary_markdown(result.summary))
+    if sharding.is_primary():
+        print(training.report.summary_markdown(result.summary))
 
 
 if __name__ == "__main__":

@@ -12,16 +12,26 @@ A reward source is what an update rule asks for rewards each generation. Two exi
 Both share one interface (``rewards``, ``evaluate``, ``state`` / ``restore``) so the
 trainer runs either with any update rule. A source's ``state()`` is JSON and is
 checkpointed with the update rule's state, so a resumed run continues bitwise.
+
+On several processes (``jax.distributed``) ``EpisodeRewards.rewards`` plays only this
+process's contiguous share of the members (``sharding.process_slice``; a member's
+sampling streams do not depend on which process plays it) and gathers every process's
+trajectories, in member order, so every process computes the same rewards; only the
+first writes the trajectory file. Evaluation and GRPO samples run whole on every process.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import jax
 import numpy as np
 
+from agentic_esopt import sharding
 from agentic_esopt.agents import eoh, rollout, skills
 from agentic_esopt.models.kv_cache import ConversationCache
 
@@ -87,21 +97,28 @@ class EpisodeRewards:
 
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None,
-              samples: int | None = None):
+              members: Sequence[int], keep_tokens: bool = False
+              ) -> list[rollout.Trajectory]:
+        if not members:
+            return []
         policy = rollout.make_model_policy(model, population, self.options,
                                            temperature=temperature, key=key,
                                            generate=self.generate,
                                            extra_stop=self.source.stop,
-                                           keep_tokens=samples is not None)
+                                           keep_tokens=keep_tokens)
         return rollout.run_episodes(
-            self.source.env_factory, tasks, policy, range(samples or num_members(population)),
+            self.source.env_factory, tasks, policy, members,
             system_prompt=self.system_prompt, generation=generation,
             max_turns=self.options.max_turns, trajectory_path=trajectory_path)
 
     def rewards(self, model, population, generation, key, trajectory_path=None) -> Rewards:
         tasks = self.source.train_tasks(generation)
-        trajectories = self._play(model, population, tasks, self.options.temperature, key,
-                                  generation, trajectory_path)
+        members = sharding.process_slice(num_members(population))
+        trajectories = gather_trajectories(self._play(
+            model, population, tasks, self.options.temperature, key, generation, None,
+            members))
+        if trajectory_path is not None and sharding.is_primary():
+            rollout.write_trajectories(trajectory_path, trajectories)
         return Rewards(rollout.member_rewards(trajectories, num_members(population)),
                        [str(t.id) for t in tasks], training_metrics(trajectories))
 
@@ -112,11 +129,11 @@ class EpisodeRewards:
         then task order."""
         return self._play(model, None, self.source.train_tasks(generation),
                           self.options.temperature, key, generation, trajectory_path,
-                          samples=group_size)
+                          range(group_size), keep_tokens=True)
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
         trajectories = self._play(model, None, self.source.eval_tasks, self.eval_temperature,
-                                  key, generation, trajectory_path)
+                                  key, generation, trajectory_path, range(1))
         return episode_statistics(trajectories)
 
     def state(self) -> dict[str, Any]:
@@ -124,6 +141,18 @@ class EpisodeRewards:
 
     def restore(self, state: dict[str, Any]) -> None:
         del state  # Tasks are a function of (seed, generation): nothing to restore.
+
+
+def gather_trajectories(trajectories: list[rollout.Trajectory]) -> list[rollout.Trajectory]:
+    """Every process's trajectories (as their JSON lines: without turn tokens), in process
+    order; ``trajectories`` itself on one process."""
+    if jax.process_count() == 1:
+        return trajectories
+    with tempfile.TemporaryDirectory() as folder:
+        own, every = Path(folder, "own.jsonl"), Path(folder, "every.jsonl")
+        rollout.write_trajectories(own, trajectories)
+        every.write_bytes(b"".join(sharding.allgather_bytes(own.read_bytes())))
+        return rollout.read_trajectories(every)
 
 
 def training_metrics(trajectories: Any) -> dict[str, float]:

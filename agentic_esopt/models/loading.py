@@ -4,8 +4,11 @@ HF tensor names are routed by a regex name map into a ``jax.eval_shape``d parame
 per-layer tensors are stacked on the leading L axis and torch (out, in) matrices are
 transposed to (in, out). Every name, shape and dtype is checked against the headers before
 any tensor data is read, and each leaf is read, converted and placed on device one at a
-time. ``HF_NAMES``, ``hf_names`` and ``is_kernel`` are the one definition of this
-mapping; ``export`` writes checkpoints with its inverse.
+time. Given shardings (``sharding.Layout.shardings``), each device's shard of a leaf is
+read straight from the memory-mapped file (``jax.make_array_from_callback``), so a model
+larger than one device never has a full copy on any device. ``HF_NAMES``, ``hf_names``
+and ``is_kernel`` are the one definition of this mapping; ``export`` writes checkpoints
+with its inverse.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import flax.traverse_util
@@ -31,6 +34,9 @@ from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.models.decoder import init_params
 
 PyTree = Any
+# shardings(tree of jax.ShapeDtypeStruct) -> tree of jax.sharding.Sharding (raising
+# ValueError for leaves they do not fit), e.g. ``sharding.Layout.shardings``.
+Shardings = Callable[[PyTree], PyTree]
 GGUF_NAMES = ("smollm2-135m",)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
@@ -95,7 +101,8 @@ class TensorRef(NamedTuple):
     start: int  # absolute byte offset in the file
 
 
-def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32") -> Model:
+def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32",
+         shardings: Shardings | None = None) -> Model:
     """Loads a model by name or path.
 
     Args:
@@ -103,6 +110,7 @@ def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32") -> Model
         name (e.g. "smollm2-135m"), a ``.gguf`` file, or a HF checkpoint directory
         (config.json, model.safetensors or a sharded index, tokenizer files).
       dtype: parameter dtype, "float32", "bfloat16" or "float16" (or a jnp dtype).
+      shardings: where each parameter goes (default: JAX's default device).
 
     Returns:
       The ``Model``.
@@ -110,14 +118,16 @@ def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32") -> Model
     dtype = resolve_dtype(dtype)
     name = os.fspath(name_or_path)
     if name == "tiny":
-        return Model(*tiny.tiny_model_parts(dtype=dtype))
+        config, params, tokenizer = tiny.tiny_model_parts(dtype=dtype)
+        return Model(config, params if shardings is None else jax.device_put(
+            params, shardings(params)), tokenizer)
     if name in GGUF_NAMES or name.endswith(".gguf"):
         from agentic_esopt.models import gguf  # pylint: disable=import-outside-toplevel
 
         gguf_path = gguf.default_gguf_path(name) if name in GGUF_NAMES else name
-        return load_hf_dir(gguf.convert_to_hf_dir(gguf_path), dtype)
+        return load_hf_dir(gguf.convert_to_hf_dir(gguf_path), dtype, shardings)
     if os.path.isdir(name):
-        return load_hf_dir(name, dtype)
+        return load_hf_dir(name, dtype, shardings)
     raise ValueError(f"Cannot load {name!r}: not 'tiny', a known GGUF default {GGUF_NAMES}, "
                      "a .gguf file or a HF checkpoint directory.")
 
@@ -133,11 +143,12 @@ def resolve_dtype(dtype: str | Any) -> Any:
     return dtype
 
 
-def load_hf_dir(path: str | os.PathLike, dtype: Any = jnp.float32) -> Model:
+def load_hf_dir(path: str | os.PathLike, dtype: Any = jnp.float32,
+                shardings: Shardings | None = None) -> Model:
     """Loads config, safetensors weights and (if present) the tokenizer of a HF directory."""
     path = os.fspath(path)
     config = ModelConfig.from_hf(path)
-    params = load_params(config, safetensors_tensors(path), resolve_dtype(dtype))
+    params = load_params(config, safetensors_tensors(path), resolve_dtype(dtype), shardings)
     return Model(config, params, load_tokenizer(path))
 
 
@@ -214,30 +225,53 @@ def route(name: str) -> tuple[tuple[str, ...], int | None] | None:
     return None
 
 
-def load_params(config: ModelConfig, tensors: Mapping[str, TensorRef], dtype: Any) -> PyTree:
+def load_params(config: ModelConfig, tensors: Mapping[str, TensorRef], dtype: Any,
+                shardings: Shardings | None = None) -> PyTree:
     """Builds the parameter tree from named tensors, validating everything first.
+
+    With ``shardings``, each leaf is assembled from per-device slices read from the files.
 
     Raises:
       ValueError: naming the tensor, for unexpected or missing names, wrong shapes or
-        non-floating dtypes.
+        non-floating dtypes; or naming the leaves ``shardings`` does not fit.
     """
     shapes = jax.eval_shape(functools.partial(init_params, config, dtype=dtype),
                             jax.random.key(0))
     flat_shapes = flax.traverse_util.flatten_dict(shapes)
     sources = _route_all(config, tensors, flat_shapes)
+    placements = ({} if shardings is None
+                  else flax.traverse_util.flatten_dict(shardings(shapes)))
     leaves = {}
     for path, spec in flat_shapes.items():
-        buffer = np.empty(spec.shape, np.dtype(spec.dtype))
-        for layer, name in sources[path].items():
-            data = read_tensor(tensors[name])
-            data = data.T if is_kernel(path) else data
-            if layer is None:
-                buffer[...] = data
-            else:
-                buffer[layer] = data
-        leaves[path] = jnp.asarray(buffer)
-        del buffer
+        read = functools.partial(read_leaf_slice, tensors, sources[path], is_kernel(path),
+                                 spec)
+        if path in placements:
+            leaves[path] = jax.make_array_from_callback(spec.shape, placements[path], read)
+        else:
+            leaves[path] = jnp.asarray(read(()))
     return flax.traverse_util.unflatten_dict(leaves)
+
+
+def read_leaf_slice(tensors: Mapping[str, TensorRef], names: Mapping[int | None, str],
+                    kernel: bool, spec: jax.ShapeDtypeStruct,
+                    index: tuple[slice, ...]) -> np.ndarray:
+    """The ``index`` block of one parameter leaf, read from its tensors (``names``: the
+    tensor of each stack slot, or ``{None: name}``), transposed if a kernel, cast."""
+    index = tuple(index) + (slice(None),) * (len(spec.shape) - len(index))
+
+    def tensor(name: str) -> np.ndarray:
+        data = read_tensor(tensors[name])
+        return data.T if kernel else data
+
+    if None in names:
+        return np.asarray(tensor(names[None])[index], np.dtype(spec.dtype))
+    slots = range(*index[0].indices(spec.shape[0]))
+    block = np.empty((len(slots),) + tuple(len(range(*part.indices(size)))
+                                           for part, size in zip(index[1:], spec.shape[1:])),
+                     np.dtype(spec.dtype))
+    for i, slot in enumerate(slots):
+        block[i] = tensor(names[slot])[index[1:]]
+    return block
 
 
 def _route_all(config: ModelConfig, tensors: Mapping[str, TensorRef],

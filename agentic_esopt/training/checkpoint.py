@@ -29,10 +29,12 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 from absl import logging
 
-from agentic_esopt import es
+from agentic_esopt import es, sharding
 from agentic_esopt.fileio import atomic_write_text
+from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import metrics, updates
 from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
@@ -59,8 +61,20 @@ def _flatten(values: dict, prefix: str = "") -> dict:
     return flat
 
 
-def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
-    """Records ``config`` in a new workdir, or checks it equals the one recorded there.
+def _without_layout(values: dict) -> dict:
+    return {name: section for name, section in values.items()
+            if name not in config_lib.LAYOUT_SECTIONS}
+
+
+def save_or_check_config(files: RunFiles, config: TrainConfig, write: bool = True) -> None:
+    """Records ``config`` in a new workdir, or checks it equals the one recorded there
+    (``mesh`` and ``distributed`` may differ: a run resumes under another layout).
+
+    Args:
+      files: the workdir's files.
+      config: the run's config.
+      write: record a new workdir's config (False: only check, as processes other than
+        the first do).
 
     Raises:
       ValueError: listing every field that differs from the recorded run (a resumed run
@@ -70,11 +84,12 @@ def save_or_check_config(files: RunFiles, config: TrainConfig) -> None:
         if os.path.isdir(files.checkpoints) and os.listdir(files.checkpoints):
             raise ValueError(f"{files.workdir!r} has checkpoints but no config.json; it was "
                              "not made by this trainer, use another workdir")
-        atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
+        if write:
+            atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
         return
     with open(files.config, encoding="utf-8") as f:
-        saved = _flatten(json.load(f))
-    current = _flatten(config.to_dict())
+        saved = _flatten(_without_layout(json.load(f)))
+    current = _flatten(_without_layout(config.to_dict()))
     changed = [f"{name}: {saved.get(name, '<missing>')!r} in the workdir, "
                f"{current.get(name, '<missing>')!r} now"
                for name in sorted(set(saved) | set(current))
@@ -120,23 +135,34 @@ def state_checksum(state: es.ESState) -> int:
 class Checkpointer:
     """Saves and restores an update rule's state (a pytree with a ``generation``) and the
     reward source's JSON state with orbax, falling back past corrupt steps. A step is the
-    state's generation."""
+    state's generation. With a multi-host ``layout`` every process calls every method: the
+    state (the same on every process) is written once, as global arrays on the layout's
+    mesh, and each process restores its own copy."""
 
-    def __init__(self, directory: str, max_to_keep: int = 3):
+    def __init__(self, directory: str, max_to_keep: int = 3,
+                 layout: sharding.Layout | None = None):
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
                                                enable_async_checkpointing=False,
                                                cleanup_tmp_directories=True)
         self.directory = os.path.abspath(directory)
+        self._layout = layout
         with _orbax_errors_silenced():  # a damaged step's metadata is reported on restore
             self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     def save(self, state: Any, source_state: dict | None = None) -> None:
-        """Writes ``state`` (and the source's state) as step ``state.generation``."""
+        """Writes ``state`` (and the source's state) as step ``state.generation``; on
+        several processes, first checks that every process holds the same state
+        (AssertionError naming the generation if not)."""
         step = int(state.generation)
-        meta = {"step": step, "generation": step, "checksum": state_checksum(state),
+        checksum = state_checksum(state)
+        if jax.process_count() > 1:
+            multihost_utils.assert_equal(  # As bytes: JAX would narrow a uint32 to int32.
+                np.frombuffer(checksum.to_bytes(4, "little"), np.uint8),
+                f"processes hold different states at generation {step}")
+        meta = {"step": step, "generation": step, "checksum": checksum,
                 "source": source_state or {}, "time": time.time()}
         self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+            state=ocp.args.StandardSave(self._global(state)), meta=ocp.args.JsonSave(meta)))
         self._manager.wait_until_finished()
 
     def restore_latest(self, template: Any, quarantine_dir: str | None = None,
@@ -178,16 +204,21 @@ class Checkpointer:
         """
         if step not in self._manager.all_steps():
             raise FileNotFoundError(f"no checkpoint of step {step} in {self.directory}")
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._global(template))
         restored = self._manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         state, meta = restored.state, restored.meta
+        if self._layout is not None:
+            state = self._layout.to_local(state)
         if meta["generation"] != step or int(state.generation) != step:
             raise ValueError(f"step {step} holds generation {int(state.generation)}, "
                              f"recorded as generation {meta['generation']}")
         if state_checksum(state) != meta["checksum"]:
             raise ValueError(f"checksum mismatch in step {step}")
         return state, meta.get("source", {})
+
+    def _global(self, state: Any) -> Any:
+        return state if self._layout is None else self._layout.to_global(state)
 
     def _quarantine(self, step: int, quarantine_dir: str) -> None:
         os.makedirs(quarantine_dir, exist_ok=True)
@@ -238,7 +269,8 @@ def _aside(steps: list[int]) -> str:
 
 
 def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
-           checkpointer: Checkpointer, initial: Any) -> tuple[Any, Any]:
+           checkpointer: Checkpointer, initial: Any, primary: bool = True
+           ) -> tuple[Any, Any]:
     """The state to continue a run from, and its history writer (None without history).
 
     The run continues from the newest state that the history and the checkpoints both
@@ -256,6 +288,9 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
       source: the reward source; its state is restored from the checkpoint.
       checkpointer: the run's checkpoints.
       initial: the rule's initial state (also the restore template).
+      primary: whether this process writes (sets checkpoints aside, trims files, writes
+        the history); the others only read, and every process waits for every other to
+        have read before anything is trimmed.
     """
     header, records, damage = (es.history.read_intact(files.history) if rule.writes_history
                                else (None, [], None))
@@ -270,8 +305,9 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
         logging.warning("the run history %s holds %d generations, fewer than the newest "
                         "checkpoint%s", files.history, len(records), _aside(newer))
     candidates = len(checkpointer.steps()) - len(newer)  # each unusable one is warned of
-    restored = checkpointer.restore_latest(initial, quarantine_dir=files.corrupt_checkpoints,
-                                           max_step=max_step)
+    restored = checkpointer.restore_latest(
+        initial, quarantine_dir=files.corrupt_checkpoints if primary else None,
+        max_step=max_step)
     state = initial
     if restored is not None:
         state, source_state = restored
@@ -287,6 +323,9 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
         logging.info("redoing generations %d to %d, which the history records after the "
                      "newest usable checkpoint", int(state.generation), len(records) - 1)
     start = int(state.generation)
+    sharding.sync("resume: every process has read the run")
+    if not primary:
+        return state, None
     trim_run_files(files, start)
     if not rule.writes_history:
         return state, None

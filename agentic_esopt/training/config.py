@@ -10,10 +10,14 @@ workdir's ``config.json``) with the sections
   eval     held-out evaluation                                    (``EvalOptions``, here)
   env      ``name`` plus that environment's own options           (the env's ``Options``)
   update   the update rule: ``name`` = es | grpo | none, GRPO's settings (``UpdateOptions``)
+  mesh     the device mesh and parameter sharding rules           (``sharding.MeshOptions``)
+  distributed  the processes of a multi-host run                  (``sharding.DistributedOptions``)
 
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
-training and evaluation sampling) derives from ``run.seed``.
+training and evaluation sampling) derives from ``run.seed``. ``mesh`` and ``distributed``
+say where a run runs, not what it computes (``LAYOUT_SECTIONS``): a workdir resumes under
+another layout.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 import jax
 
-from agentic_esopt import envs
+from agentic_esopt import envs, sharding
 from agentic_esopt import options as options_lib
 from agentic_esopt.agents import rollout
 from agentic_esopt.es import strategy as es_strategy
@@ -121,7 +125,9 @@ class UpdateOptions:
 
 
 SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_strategy.Options,
-            "rollout": rollout.Options, "eval": EvalOptions, "update": UpdateOptions}
+            "rollout": rollout.Options, "eval": EvalOptions, "update": UpdateOptions,
+            "mesh": sharding.MeshOptions, "distributed": sharding.DistributedOptions}
+LAYOUT_SECTIONS = ("mesh", "distributed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +142,8 @@ class TrainConfig:
     env_name: str
     env: Any
     update: UpdateOptions
+    mesh: sharding.MeshOptions
+    distributed: sharding.DistributedOptions
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
@@ -164,7 +172,9 @@ class TrainConfig:
                 "rollout": options_lib.as_dict(self.rollout),
                 "eval": options_lib.as_dict(self.eval),
                 "env": {"name": self.env_name, **options_lib.as_dict(self.env)},
-                "update": options_lib.as_dict(self.update)}
+                "update": options_lib.as_dict(self.update),
+                "mesh": options_lib.as_dict(self.mesh),
+                "distributed": options_lib.as_dict(self.distributed)}
 
     def replace(self, **sections: Mapping[str, Any]) -> "TrainConfig":
         """A copy with some fields of some sections changed, checked again, e.g.
@@ -190,6 +200,13 @@ def _cross_section_problems(built: Mapping[str, Any]) -> list[str]:
           f"es.sigma_warmup ({warmup}) must be < run.generations ({generations})")
     check(built["update"].name != "grpo" or built["rollout"].temperature > 0,
           "update.name=grpo samples a group per task: rollout.temperature must be > 0")
+    distributed = built["distributed"]
+    processes = distributed.num_processes or 1
+    check(built["update"].name != "grpo" or (processes == 1 and not distributed.auto),
+          "update.name=grpo runs on one process (its turns are not gathered across hosts)")
+    check(built["update"].name != "es" or built["es"].population_size >= processes,
+          f"es.population_size ({built['es'].population_size}) must be >= "
+          f"distributed.num_processes ({processes}): each process plays its own members")
     return problems
 
 

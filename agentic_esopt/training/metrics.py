@@ -36,23 +36,29 @@ def trim_metrics(path: str, generation: int) -> None:
 class MetricsLogger:
     """Appends records to metrics.jsonl, TensorBoard (tensorboardX) and absl logging."""
 
-    def __init__(self, metrics_path: str, tensorboard_dir: str, purge_step: int | None = None):
+    def __init__(self, metrics_path: str, tensorboard_dir: str, purge_step: int | None = None,
+                 write: bool = True):
         """Opens the sinks.
 
         Args:
           metrics_path: the JSONL file (appended to).
           tensorboard_dir: TensorBoard log folder.
           purge_step: on resume, TensorBoard discards earlier events at steps >= this.
+          write: False (processes other than the first) only builds the records.
         """
-        os.makedirs(os.path.dirname(os.path.abspath(metrics_path)), exist_ok=True)
         self.metrics_path = metrics_path
-        self._writer = SummaryWriter(tensorboard_dir, purge_step=purge_step or None)
+        self._writer = None
+        if write:
+            os.makedirs(os.path.dirname(os.path.abspath(metrics_path)), exist_ok=True)
+            self._writer = SummaryWriter(tensorboard_dir, purge_step=purge_step or None)
 
     def log(self, kind: str, generation: int, values: dict) -> dict:
         """Writes one record; numeric values also go to TensorBoard as ``kind/name``."""
         if kind not in KINDS:
             raise ValueError(f"unknown metrics kind {kind!r}; choose one of {KINDS}")
         record = {"kind": kind, "generation": int(generation), **values}
+        if self._writer is None:
+            return record
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
@@ -67,4 +73,5 @@ class MetricsLogger:
         return record
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()

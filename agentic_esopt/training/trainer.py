@@ -7,6 +7,11 @@ TensorBoard and the log; checkpoints the rule's state and the source's state eve
 generations; evaluates the unperturbed parameters at the start, every E generations and
 at the end; and writes the reward curve and the summary. Rerunning the same config in the
 same workdir resumes from the newest good checkpoint, bitwise.
+
+Parameters are placed on the run's mesh as its sharding rules say (``config.mesh``). On
+several processes every process runs this loop: each derives the same population, plays
+its own members (the reward source gathers every member's rewards), applies the same
+update and takes part in every checkpoint; only process 0 writes the workdir's files.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from agentic_esopt import agents, envs, es, models
+from agentic_esopt import agents, envs, es, models, sharding
 from agentic_esopt.agents import eoh
 from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import report, updates
@@ -49,6 +54,9 @@ def make_reward_source(config: TrainConfig, files: RunFiles,
     if config.update.name == "grpo":
         raise ValueError(f"update.name=grpo trains on multi-turn episodes; environment "
                          f"{config.env_name!r} is a heuristic search (use es or none)")
+    if jax.process_count() > 1:
+        raise ValueError(f"environment {config.env_name!r} is a heuristic search, which "
+                         "runs on one process")
     members = config.es.population_size if config.update.name == "es" else 1
     budget = sys.maxsize  # run.generations bounds the search: one batch per generation
     if config.env.search == "eoh":
@@ -100,43 +108,52 @@ def train(config: TrainConfig, workdir: str, *,
       The final state and the summary.
     """
     files = RunFiles(workdir)
-    save_or_check_config(files, config)
+    primary = sharding.is_primary()
+    save_or_check_config(files, config, write=primary)
+    layout = sharding.layout(config.mesh)
     source = make_reward_source(config, files, generate)
     if model is None:
-        model = models.load(config.model.name, dtype=config.model.dtype)
+        model = models.load(config.model.name, dtype=config.model.dtype,
+                            shardings=layout and layout.shardings)
+    elif layout is not None:
+        model = dataclasses.replace(model, params=layout.place(model.params))
     check_scope(config.es.scope, model.params)
     rule = updates.make_rule(config)
     total = config.run.generations
 
+    def written(path: str) -> str | None:  # Only process 0 writes trajectories.
+        return path if primary else None
+
     with contextlib.ExitStack() as closing:
         checkpointer = closing.enter_context(contextlib.closing(
-            Checkpointer(files.checkpoints)))
+            Checkpointer(files.checkpoints, layout=layout)))
+        initial = rule.init(model.params)
         state, history = resume(files, config, rule, source, checkpointer,
-                                rule.init(model.params))
+                                initial if layout is None else layout.commit(initial), primary)
         start = int(state.generation)
         if start:
             logging.info("resuming %s after generation %d of %d", files.workdir, start, total)
         logger = closing.enter_context(contextlib.closing(
-            MetricsLogger(files.metrics, files.tensorboard, purge_step=start)))
+            MetricsLogger(files.metrics, files.tensorboard, purge_step=start, write=primary)))
 
         def evaluate_and_log(params: Any, generations_done: int) -> None:
             began = time.time()
             key = config_lib.sampling_key(config, config_lib.EVAL_SAMPLING_STREAM, 0)
             statistics = source.evaluate(dataclasses.replace(model, params=params), key,
                                          generations_done,
-                                         files.eval_trajectories(generations_done))
+                                         written(files.eval_trajectories(generations_done)))
             logger.log("eval", generations_done, {**statistics,
                                                   "wall_time_s": time.time() - began})
 
         if is_due(start, config.run.eval_every, total):
             evaluate_and_log(state.params, start)
-        bar = closing.enter_context(tqdm.tqdm(total=total, initial=start,
+        bar = closing.enter_context(tqdm.tqdm(total=total, initial=start, disable=not primary,
                                               desc="generations", unit="gen"))
         for generation in range(start, total):
             began = time.time()
             key = config_lib.sampling_key(config, config_lib.TRAIN_SAMPLING_STREAM, generation)
             state, result = rule.step(state, source, model, key,
-                                      files.train_trajectories(generation))
+                                      written(files.train_trajectories(generation)))
             wall_time_s = time.time() - began
             if history is not None:
                 history.append(result.population, result.rewards.rewards, result.metrics,
@@ -149,10 +166,12 @@ def train(config: TrainConfig, workdir: str, *,
             if is_due(generation + 1, config.run.eval_every, total):
                 evaluate_and_log(state.params, generation + 1)
 
+    sharding.sync("train: the last metrics are written")
     records = read_metrics(files.metrics)
-    report.plot_reward_curve(records, files.reward_curve)
     summary = report.summarize(records)
-    report.write_summary(summary, files.summary_json, files.summary_markdown)
-    logging.info("wrote %s, %s and %s", files.reward_curve, files.summary_json,
-                 files.summary_markdown)
+    if primary:
+        report.plot_reward_curve(records, files.reward_curve)
+        report.write_summary(summary, files.summary_json, files.summary_markdown)
+        logging.info("wrote %s, %s and %s", files.reward_curve, files.summary_json,
+                     files.summary_markdown)
     return TrainResult(state, summary)

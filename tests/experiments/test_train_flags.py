@@ -139,6 +139,9 @@ BAD_FLAGS = [
     (["--config.es.weight_decay=0.1"], "weight_decay only applies to optimizer='adamw'"),
     (["--config.model.name=/no/such/model.gguf"], "is not 'tiny'"),
     (["--config.update.name=ppo"], "unknown update rule 'ppo'"),
+    (["--config.mesh.shape=data:4,pipe:2"], "mesh axis 'pipe' is unknown"),
+    (["--config.distributed.num_processes=2", "--config.distributed.process_id=5"],
+     "distributed.process_id must be in [0, num_processes=2), got 5"),
 ]
 
 

@@ -110,6 +110,16 @@ def test_changed_settings_are_refused_before_the_model_loads(finished, monkeypat
     assert "run.seed: 3 in the workdir, 4 now" in str(error.value)
 
 
+def test_a_finished_run_resumes_under_another_mesh_and_rules(finished, tmp_path):
+    workdir, result = finished
+    shutil.copytree(workdir, tmp_path / "copy")
+    resumed = training.train(CONFIG.replace(mesh=dict(shape="data:2,model:4", rules="tp")),
+                             str(tmp_path / "copy"))
+    assert_trees_equal(resumed.state, result.state)
+    gate = resumed.state.params["layers"]["mlp"]["gate_proj"]["kernel"]  # (L, 64, 128)
+    assert {shard.data.shape for shard in gate.addressable_shards} == {(2, 64, 32)}
+
+
 def test_scope_that_selects_nothing_is_an_error(tmp_path):
     config = CONFIG.replace(es=dict(scope="no_such_layer"))
     with pytest.raises(ValueError, match="scope 'no_such_layer' matches no parameter"):
