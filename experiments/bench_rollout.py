@@ -8,19 +8,20 @@ agent's reply (up to ``--reply_tokens`` tokens) and a new observation of about
 ``--obs_tokens`` tokens (random words) to the conversation. With kept caches a turn feeds
 only those new tokens; re-prefilling feeds the whole conversation every turn.
 
-The kept-cache episode runs twice, the first time untimed (it compiles every shape), and
-every turn of the second is timed. Re-prefilling the whole episode would take hours on a
-CPU, so its turns are timed once each at ``--reprefill_turns`` (on the same
-conversations; after turn 1, whose shapes the kept episode compiled, the time includes
-compiling the longer prompt's shapes: seconds, against minutes of prefill) and its total
-is interpolated linearly between them (a turn's cost grows smoothly with its context).
-Both paths must produce the same replies at the timed turns (``replies_match``).
+Every turn of the kept-cache episode is timed; a turn's time excludes the tracing and XLA
+compilation it triggered (new shape buckets), as ``jax.monitoring`` reports them, and the
+total compile time is reported apart. Re-prefilling the whole episode would take hours on
+a CPU, so its turns are timed (the same way) at ``--reprefill_turns`` on the same
+conversations, and its total is interpolated linearly between them (a turn's cost grows
+smoothly with its context). Both paths must produce the same replies at the timed turns
+(``replies_match``).
 """
 
 import json
 import time
 
 from absl import app, flags
+import jax
 import numpy as np
 
 from agentic_esopt import models
@@ -51,25 +52,39 @@ def observation(tokenizer, rng: np.random.RandomState, tokens: int) -> str:
     return " ".join(words)
 
 
-def timed_turn(policy, conversations) -> tuple[list, float]:
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+compile_seconds = [0.0]  # Summed by the listener below.
+
+
+def count_compilation(event: str, duration: float, **_) -> None:
+    if event in COMPILE_EVENTS:
+        compile_seconds[0] += duration
+
+
+def timed_turn(policy, conversations) -> tuple[list, float, float]:
+    """A turn's replies, its wall time less compilation, and that compilation time."""
     rows = list(range(len(conversations)))
-    start = time.perf_counter()
+    compiled_before, start = compile_seconds[0], time.perf_counter()
     replies = policy(conversations, rows, [0] * len(rows))
-    return replies, time.perf_counter() - start
+    compiling = compile_seconds[0] - compiled_before
+    return replies, time.perf_counter() - start - compiling, compiling
 
 
-def play(policy, observations) -> tuple[list[list[list[dict]]], list[float], list]:
-    """Every turn's conversations (before the turn), its wall time and its replies."""
+def play(policy, observations) -> tuple[list[list[list[dict]]], list[float], list, float]:
+    """Every turn's conversations (before the turn), time and replies; compile time."""
     conversations = [prompts.initial_messages(SYSTEM_PROMPT, obs) for obs in observations[0]]
-    history, seconds, replies = [], [], []
+    history, seconds, replies, compiling = [], [], [], 0.0
     for turn in range(_TURNS.value):
         history.append(conversations)
-        turn_replies, elapsed = timed_turn(policy, conversations)
+        turn_replies, elapsed, turn_compiling = timed_turn(policy, conversations)
         seconds.append(elapsed)
+        compiling += turn_compiling
         replies.append(turn_replies)
         conversations = [prompts.add_turn(c, r, obs) for c, r, obs in
                          zip(conversations, turn_replies, observations[turn + 1])]
-    return history, seconds, replies
+    return history, seconds, replies, compiling
 
 
 def make_policy(model, keep_kv_cache: bool):
@@ -89,16 +104,18 @@ def main(argv):
     rng = np.random.RandomState(0)
     observations = [[observation(model.tokenizer, rng, _OBS_TOKENS.value)
                      for _ in range(_ROWS.value)] for _ in range(_TURNS.value + 1)]
-    play(make_policy(model, True), observations)  # Compiles every shape.
-    history, kept_seconds, kept_replies = play(make_policy(model, True), observations)
+    jax.monitoring.register_event_duration_secs_listener(count_compilation)
+    history, kept_seconds, kept_replies, kept_compiling = play(make_policy(model, True),
+                                                               observations)
     prompt_tokens = [len(model.tokenizer(model.tokenizer.apply_chat_template(
         c[0], add_generation_prompt=True, tokenize=False), add_special_tokens=False)[
             "input_ids"]) for c in history]
     turns = sorted({min(max(int(t), 1), _TURNS.value) for t in _REPREFILL_TURNS.value})
-    reprefill, match = {}, True
+    reprefill, reprefill_compiling, match = {}, 0.0, True
     for turn in turns:
-        replies, elapsed = timed_turn(make_policy(model, False), history[turn - 1])
+        replies, elapsed, compiling = timed_turn(make_policy(model, False), history[turn - 1])
         reprefill[turn] = elapsed
+        reprefill_compiling += compiling
         match = match and replies == kept_replies[turn - 1]
     reprefill_total = interpolated_total(turns, [reprefill[t] for t in turns], _TURNS.value)
     kept_total = float(np.sum(kept_seconds))
@@ -111,6 +128,8 @@ def main(argv):
         reprefill_turn_seconds={str(t): reprefill[t] for t in turns},
         turn_last_over_first=kept_seconds[-1] / kept_seconds[0],
         kept_total_seconds=kept_total,
+        kept_compile_seconds=kept_compiling,
+        reprefill_compile_seconds=reprefill_compiling,
         reprefill_total_seconds_interpolated=reprefill_total,
         total_speedup=reprefill_total / kept_total,
         last_turn_speedup=reprefill[turns[-1]] / kept_seconds[turns[-1] - 1],

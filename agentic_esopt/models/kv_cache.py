@@ -23,15 +23,18 @@ call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentic_esopt.models import decoder
 from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.sharding import DATA, MODEL
 
 EMPTY = -1
 
@@ -46,6 +49,32 @@ def bucket(n: int, minimum: int = 1) -> int:
             return power * 3 // 2
         power *= 2
     return power
+
+
+def mesh_of(params: Any) -> Mesh | None:
+    """The (data, model) mesh ``params`` are placed on (``sharding.Layout``), or None."""
+    placement = getattr(jax.tree.leaves(params)[0], "sharding", None)
+    if isinstance(placement, NamedSharding) and DATA in placement.mesh.axis_names:
+        return placement.mesh
+    return None
+
+
+def rows_sharding(mesh: Mesh, ndim: int, row_axis: int = 0) -> NamedSharding:
+    """Batch rows (axis ``row_axis``) split over the mesh's ``data`` axis."""
+    return NamedSharding(mesh, P(*(DATA if axis == row_axis else None for axis in range(ndim))))
+
+
+def cache_shardings(mesh: Mesh, cache: Any) -> Any:
+    """Shardings of a cache's leaves (L, B, ...): rows over ``data``; the heads of 5-d
+    leaves ((L, B, heads, ...): keys, values, recurrent states) over ``model`` where the
+    axis divides them (else replicated over it)."""
+
+    def spec(leaf):
+        heads = leaf.ndim == 5 and leaf.shape[2] % mesh.shape[MODEL] == 0
+        return NamedSharding(mesh, P(None, DATA, *((MODEL,) if heads else ()),
+                                     *(None,) * (leaf.ndim - 2 - heads)))
+
+    return jax.tree.map(spec, cache)
 
 
 def common_prefix(held: np.ndarray, ids: Sequence[int]) -> int:
@@ -84,6 +113,7 @@ class _Rows:
     slots: np.ndarray  # (B, S) token id in each slot, EMPTY where none.
     end: int  # First column no call has written since the last relayout.
     kv: Any  # decoder.KVCache (L, B, K, S, hd), or qwen3_5.HybridCache.
+    mesh: Mesh | None  # Where ``kv`` is sharded (``cache_shardings``), if anywhere.
 
     def held(self, row: int) -> np.ndarray:
         return self.slots[row][self.slots[row] != EMPTY]
@@ -125,15 +155,18 @@ class ConversationCache:
 
     def prepare(self, config: ModelConfig, dtype: Any, part: Hashable,
                 keys: Sequence[Hashable], token_lists: Sequence[Sequence[int]],
-                min_chunk: int, new_slots: int, pad_id: int) -> tuple[Chunk, Any]:
+                min_chunk: int, new_slots: int, pad_id: int, mesh: Mesh | None = None
+                ) -> tuple[Chunk, Any]:
         """Lays out one call: keeps each row's cached prefix of its prompt, relays the
         cache if needed, and returns the chunk to feed and the device cache to feed it
-        into (which the call consumes; ``record`` stores the one it returns)."""
+        into (which the call consumes; ``record`` stores the one it returns). On a
+        ``mesh`` the batch is a multiple of its ``data`` axis and the cache is sharded
+        (``cache_shardings``)."""
         if len(set(keys)) != len(keys):
             raise ValueError("rows must be distinct within a call")
         rows = self._parts.pop(part, None)
-        if rows is not None and (config.is_hybrid or rows.kv is None):
-            rows = None  # Recurrent states cannot roll back; or a call died holding it.
+        if rows is not None and (config.is_hybrid or rows.kv is None or rows.mesh != mesh):
+            rows = None  # Recurrent states cannot roll back; a call died holding it; moved.
         index = {} if rows is None else {key: i for i, key in enumerate(rows.keys)}
         kept = [0 if key not in index else
                 min(common_prefix(rows.held(index[key]), ids), len(ids) - 1)
@@ -142,7 +175,7 @@ class ConversationCache:
         self.fed_tokens += sum(new_lengths)
         self.prompt_tokens += sum(len(ids) for ids in token_lists)
         width = bucket(max(new_lengths), min_chunk)
-        batch = bucket(len(keys))
+        batch = _round_up(bucket(len(keys)), 1 if mesh is None else mesh.shape[DATA])
         in_place = (rows is not None and batch == rows.slots.shape[0]
                     and all(key in index for key in keys)
                     and rows.end + width + new_slots <= rows.slots.shape[1])
@@ -153,7 +186,7 @@ class ConversationCache:
             start = max(0, max(len(ids) for ids in token_lists) - width)
             rows = self._relay(config, dtype, rows, index, keys, kept,
                                [start + width - n for n in new_lengths], batch,
-                               start + width + new_slots)
+                               start + width + new_slots, mesh)
             rows.end = start
             index = {key: i for i, key in enumerate(rows.keys)}
         self._parts[part] = rows
@@ -178,7 +211,7 @@ class ConversationCache:
 
     def _relay(self, config: ModelConfig, dtype: Any, old: _Rows | None,
                index: dict[Hashable, int], keys: Sequence[Hashable], kept: Sequence[int],
-               ends: Sequence[int], batch: int, needed: int) -> _Rows:
+               ends: Sequence[int], batch: int, needed: int, mesh: Mesh | None) -> _Rows:
         """A cache of ``batch`` rows for ``keys``: row i's kept prefix moves to the slots
         just before ``ends[i]``, where its new tokens will follow without a gap."""
         length = bucket(needed)
@@ -193,10 +226,10 @@ class ConversationCache:
                 sources[row], columns[row, end - k:end] = index[key], held_columns
                 slots[row, end - k:end] = old.slots[index[key], held_columns]
         if old is None or not any(kept):
-            kv = decoder.empty_cache(config, batch, length, dtype)
+            kv = _empty(config, batch, length, dtype, mesh)
         else:
-            kv = _gather(old.kv, jnp.asarray(sources), jnp.asarray(columns))
-        return _Rows(list(keys), slots, 0, kv)
+            kv = _gather(old.kv, jnp.asarray(sources), jnp.asarray(columns), mesh)
+        return _Rows(list(keys), slots, 0, kv, mesh)
 
     @staticmethod
     def _chunk(rows: _Rows, batch_rows: list[int], token_lists: Sequence[Sequence[int]],
@@ -221,12 +254,29 @@ def _truncate(slots: np.ndarray, keep: int) -> None:
     slots[held[keep:]] = EMPTY
 
 
-@jax.jit
-def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array) -> decoder.KVCache:
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def constrain_cache(cache: Any, mesh: Mesh | None) -> Any:
+    """``cache`` constrained to ``cache_shardings`` inside a jitted function (on a mesh)."""
+    if mesh is None:
+        return cache
+    return jax.lax.with_sharding_constraint(cache, cache_shardings(mesh, cache))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "batch", "length", "dtype", "mesh"))
+def _empty(config: ModelConfig, batch: int, length: int, dtype: Any, mesh: Mesh | None) -> Any:
+    return constrain_cache(decoder.empty_cache(config, batch, length, dtype), mesh)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
+            mesh: Mesh | None) -> decoder.KVCache:
     """Rows ``sources`` (B',) of a cache, each reordered to ``columns`` (B', S') slots."""
 
     def take(x):  # (L, B, K, S, hd)
         x = jnp.take(x, sources, axis=1)
         return jnp.take_along_axis(x, columns[None, :, None, :, None], axis=3)
 
-    return decoder.KVCache(take(kv.k), take(kv.v))
+    return constrain_cache(decoder.KVCache(take(kv.k), take(kv.v)), mesh)

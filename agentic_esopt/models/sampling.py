@@ -24,11 +24,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from agentic_esopt.es import noise as es_noise
 from agentic_esopt.models import decoder
 from agentic_esopt.models.config import ModelConfig
-from agentic_esopt.models.kv_cache import ConversationCache, bucket
+from agentic_esopt.models.kv_cache import (ConversationCache, bucket, constrain_cache,
+                                           mesh_of, rows_sharding)
 from agentic_esopt.models.loading import Model
 
 PyTree = Any
@@ -130,24 +132,36 @@ def penalize(logits: jax.Array, tokens: jax.Array, step: jax.Array,
     return logits - penalties[0] * (counts > 0) - penalties[1] * counts
 
 
+def constrain(state: DecodeState, mesh: Mesh | None) -> DecodeState:
+    """The loop state's shardings on a mesh: rows over ``data``, the cache's heads over
+    ``model`` (``kv_cache.cache_shardings``); counters replicated."""
+    if mesh is None:
+        return state
+    rows = {name: jax.lax.with_sharding_constraint(x, rows_sharding(mesh, x.ndim))
+            for name, x in state._asdict().items() if name not in ("cache", "step", "slot")}
+    return state._replace(cache=constrain_cache(state.cache, mesh), **rows)
+
+
 def _feed(config: ModelConfig, params: PyTree, deltas: PyTree, cache: Any,
           tokens: jax.Array, token_mask: jax.Array, positions: jax.Array, kv_mask: jax.Array,
-          start: jax.Array, new_tokens: int) -> DecodeState:
+          start: jax.Array, new_tokens: int, mesh: Mesh | None = None) -> DecodeState:
     """Feeds a left-padded chunk (B, T) (real where ``token_mask``) into the cache from slot
-    ``start``: the state that decodes up to ``new_tokens`` tokens after it."""
+    ``start``: the state that decodes up to ``new_tokens`` tokens after it (sharded as
+    ``constrain`` says on a ``mesh``)."""
     batch, width = tokens.shape
     h, cache = decoder.forward(config, params, deltas, tokens, positions, kv_mask, cache, start,
                                token_mask=token_mask)
-    return DecodeState(cache=cache, kv_mask=kv_mask,
+    return constrain(DecodeState(cache=cache, kv_mask=kv_mask,
                        logits=decoder.lm_head(config, params, deltas, h[:, -1]),
                        positions=positions[:, -1] + 1,
                        tokens=jnp.zeros((batch, new_tokens), jnp.int32),
                        logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
                        done=jnp.zeros((batch,), bool), step=jnp.int32(0),
-                       slot=start + width)
+                       slot=start + width), mesh)
 
 
-_extend = jax.jit(_feed, static_argnames=("config", "new_tokens"), donate_argnames=("cache",))
+_extend = jax.jit(_feed, static_argnames=("config", "new_tokens", "mesh"),
+                  donate_argnames=("cache",))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "new_tokens"))
@@ -162,11 +176,12 @@ def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Ar
                  decoder.positions_from_mask(mask), kv_mask, jnp.int32(0), new_tokens)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "mode"), donate_argnames=("state",))
+@functools.partial(jax.jit, static_argnames=("config", "mode", "mesh"),
+                   donate_argnames=("state",))
 def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyTree,
             state: DecodeState, row_keys: jax.Array, eos_ids: jax.Array,
             temperature: jax.Array, top_p: jax.Array, penalties: jax.Array,
-            end_step: jax.Array) -> DecodeState:
+            end_step: jax.Array, mesh: Mesh | None = None) -> DecodeState:
     """Samples and feeds tokens until ``end_step`` tokens exist or every row is done."""
 
     def unfinished(s: DecodeState) -> jax.Array:
@@ -181,21 +196,28 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
         kv_mask = s.kv_mask.at[:, s.slot].set(True)
         h, cache = decoder.forward(config, params, deltas, token[:, None], s.positions[:, None],
                                    kv_mask, s.cache, s.slot)
-        return DecodeState(cache=cache, kv_mask=kv_mask,
-                           logits=decoder.lm_head(config, params, deltas, h[:, 0]),
-                           positions=s.positions + 1,
-                           tokens=s.tokens.at[:, s.step].set(token),
-                           logprobs=s.logprobs.at[:, s.step].set(logprob),
-                           done=s.done | jnp.isin(token, eos_ids), step=s.step + 1,
-                           slot=s.slot + 1)
+        return constrain(DecodeState(cache=cache, kv_mask=kv_mask,
+                                     logits=decoder.lm_head(config, params, deltas, h[:, 0]),
+                                     positions=s.positions + 1,
+                                     tokens=s.tokens.at[:, s.step].set(token),
+                                     logprobs=s.logprobs.at[:, s.step].set(logprob),
+                                     done=s.done | jnp.isin(token, eos_ids),
+                                     step=s.step + 1, slot=s.slot + 1), mesh)
 
     return jax.lax.while_loop(unfinished, step, state)
 
 
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("mesh",))
 def _population_deltas(params: PyTree, population: es_noise.Population,
-                       members: jax.Array) -> PyTree:
-    return decoder.row_deltas(params, es_noise.population_factors(population, params), members)
+                       members: jax.Array, mesh: Mesh | None = None) -> PyTree:
+    """Row deltas of ``members`` (B,); on a mesh sharded like the rows that use them."""
+    deltas = decoder.row_deltas(params, es_noise.population_factors(population, params),
+                                members)
+    if mesh is None:
+        return deltas
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jax.lax.with_sharding_constraint(
+            x, rows_sharding(mesh, x.ndim, row_axis=int(path[0].key == "layers"))), deltas)
 
 
 _sequence_logits = jax.jit(decoder.logits, static_argnames=("config",))
@@ -450,25 +472,30 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
     """(generated ids (cut after EOS), their log-probabilities) per row: the prompts' new
     tokens are fed into ``cache``'s rows, then decoded in one batch."""
     new_tokens = bucket(settings.max_new_tokens, MIN_NEW_TOKENS_BUCKET)
+    mesh = mesh_of(params)
     chunk, kv = cache.prepare(config, params["embed"]["embedding"].dtype, part, rows,
-                              token_lists, MIN_PROMPT_BUCKET, new_tokens, settings.pad_id)
+                              token_lists, MIN_PROMPT_BUCKET, new_tokens, settings.pad_id, mesh)
     padded_batch = chunk.tokens.shape[0]
     called = np.zeros(padded_batch, bool)
     called[chunk.batch] = True
+    padded_members = np.zeros(padded_batch, np.int32)
+    padded_streams = np.zeros(padded_batch, np.int32)
+    padded_streams[chunk.batch] = streams
+
+    def put(x):  # Host rows onto the devices (split over the mesh's data axis).
+        return jnp.asarray(x) if mesh is None else jax.device_put(x, rows_sharding(mesh, x.ndim))
+
     if population is None:
         deltas = decoder.no_deltas(params)
     else:
-        padded_members = np.zeros(padded_batch, np.int32)
         padded_members[chunk.batch] = members
-        deltas = _population_deltas(params, population, jnp.asarray(padded_members))
-    padded_streams = np.zeros(padded_batch, np.int32)
-    padded_streams[chunk.batch] = streams
+        deltas = _population_deltas(params, population, put(padded_members), mesh)
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(settings.key,
-                                                               jnp.asarray(padded_streams))
-    state = _extend(config, params, deltas, kv, jnp.asarray(chunk.tokens),
-                    jnp.asarray(chunk.tokens_mask), jnp.asarray(chunk.positions), jnp.asarray(chunk.kv_mask),
-                    jnp.int32(chunk.start), new_tokens=new_tokens)
-    state = state._replace(done=jnp.asarray(~called))  # Rows not called never wait.
+                                                               put(padded_streams))
+    state = _extend(config, params, deltas, kv, put(chunk.tokens), put(chunk.tokens_mask),
+                    put(chunk.positions), put(chunk.kv_mask), jnp.int32(chunk.start),
+                    new_tokens=new_tokens, mesh=mesh)
+    state = state._replace(done=put(~called))  # Rows not called never wait.
     interval = STOP_CHECK_INTERVAL if settings.stop else settings.max_new_tokens
     eos_ids = jnp.asarray(settings.eos_ids or (-1,), jnp.int32)
     steps = 0
@@ -476,7 +503,7 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
         end = min(steps + interval, settings.max_new_tokens)
         state = _decode(config, settings.mode, params, deltas, state, row_keys, eos_ids,
                         jnp.float32(settings.temperature), jnp.float32(settings.top_p),
-                        jnp.asarray(settings.penalties, jnp.float32), jnp.int32(end))
+                        jnp.asarray(settings.penalties, jnp.float32), jnp.int32(end), mesh=mesh)
         steps = int(state.step)
         done = np.array(state.done)
         if settings.stop and not done.all():
@@ -484,7 +511,7 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
             for row in np.flatnonzero(~done):
                 text = settings.decode(generated[row].tolist())
                 done[row] = _stop_index(text, settings.stop) is not None
-            state = state._replace(done=jnp.asarray(done))
+            state = state._replace(done=put(done))
         if done.all():
             break
     generated = np.asarray(state.tokens[chunk.batch, :steps])
