@@ -12,8 +12,9 @@ Every turn of the kept-cache episode is timed; a turn's time excludes the tracin
 compilation it triggered (new shape buckets), as ``jax.monitoring`` reports them, and the
 total compile time is reported apart. Re-prefilling the whole episode would take hours on
 a CPU, so its turns are timed (the same way) at ``--reprefill_turns`` on the same
-conversations, and its total is interpolated linearly between them (a turn's cost grows
-smoothly with its context). Both paths must produce the same replies at the timed turns
+conversations, ``--reprefill_rows`` rows per call (without flash attention, a whole
+64-row batch of 2000-token prompts does not fit in memory), and its total is interpolated
+linearly between them (a turn's cost grows smoothly with its context). Both paths must produce the same replies at the timed turns
 (``replies_match``).
 """
 
@@ -35,6 +36,9 @@ _OBS_TOKENS = flags.DEFINE_integer("obs_tokens", 40, "Approximate tokens per obs
 _REPLY_TOKENS = flags.DEFINE_integer("reply_tokens", 16, "Tokens per reply (at most).")
 _REPREFILL_TURNS = flags.DEFINE_list("reprefill_turns", ["1", "10", "30"],
                                      "Turns (1-based) at which re-prefilling is timed.")
+_REPREFILL_ROWS = flags.DEFINE_integer(
+    "reprefill_rows", 16, "Rows re-prefilled per call (all of them at once would need the "
+    "attention scores of the whole conversation: ~15 GB per layer at 64 rows, turn 30).")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON result.")
 
 SYSTEM_PROMPT = "You are an agent. Read each observation and answer with one action."
@@ -113,15 +117,21 @@ def main(argv):
     turns = sorted({min(max(int(t), 1), _TURNS.value) for t in _REPREFILL_TURNS.value})
     reprefill, reprefill_compiling, match = {}, 0.0, True
     for turn in turns:
-        replies, elapsed, compiling = timed_turn(make_policy(model, False), history[turn - 1])
-        reprefill[turn] = elapsed
-        reprefill_compiling += compiling
+        replies, reprefill[turn] = [], 0.0
+        conversations = history[turn - 1]
+        for start in range(0, len(conversations), _REPREFILL_ROWS.value):
+            part, elapsed, compiling = timed_turn(
+                make_policy(model, False), conversations[start:start + _REPREFILL_ROWS.value])
+            replies += part
+            reprefill[turn] += elapsed
+            reprefill_compiling += compiling
         match = match and replies == kept_replies[turn - 1]
     reprefill_total = interpolated_total(turns, [reprefill[t] for t in turns], _TURNS.value)
     kept_total = float(np.sum(kept_seconds))
     result = dict(
         model=_MODEL.value, dtype=_DTYPE.value, rows=_ROWS.value, turns=_TURNS.value,
         obs_tokens=_OBS_TOKENS.value, reply_tokens=_REPLY_TOKENS.value,
+        reprefill_rows=_REPREFILL_ROWS.value,
         prompt_tokens_row0={str(t): prompt_tokens[t - 1] for t in turns},
         kept_turn_seconds={str(t): kept_seconds[t - 1] for t in turns},
         kept_turn_seconds_all=kept_seconds,
