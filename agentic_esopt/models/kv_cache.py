@@ -226,6 +226,8 @@ class ConversationCache:
                 sources[row], columns[row, end - k:end] = index[key], held_columns
                 slots[row, end - k:end] = old.slots[index[key], held_columns]
         if old is None or not any(kept):
+            if old is not None:
+                old.kv = None  # Freed before the new cache is allocated.
             kv = _empty(config, batch, length, dtype, mesh)
         else:
             kv = _gather(old.kv, jnp.asarray(sources), jnp.asarray(columns), mesh)
