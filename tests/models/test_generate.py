@@ -63,9 +63,9 @@ def test_decoding_stops_once_every_real_row_is_done(reference, monkeypatch):
     calls = []
     decode = sampling._decode
 
-    def recording_decode(config, mode, params, deltas, state, *args):
+    def recording_decode(config, mode, params, deltas, state, *args, **kwargs):
         done_before = np.asarray(state.done).tolist()
-        state = decode(config, mode, params, deltas, state, *args)
+        state = decode(config, mode, params, deltas, state, *args, **kwargs)
         calls.append((done_before, int(state.step)))
         return state
 
