@@ -151,13 +151,14 @@ def _feed(config: ModelConfig, params: PyTree, deltas: PyTree, cache: Any,
     batch, width = tokens.shape
     h, cache = decoder.forward(config, params, deltas, tokens, positions, kv_mask, cache, start,
                                token_mask=token_mask)
-    return constrain(DecodeState(cache=cache, kv_mask=kv_mask,
-                       logits=decoder.lm_head(config, params, deltas, h[:, -1]),
-                       positions=positions[:, -1] + 1,
-                       tokens=jnp.zeros((batch, new_tokens), jnp.int32),
-                       logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
-                       done=jnp.zeros((batch,), bool), step=jnp.int32(0),
-                       slot=start + width), mesh)
+    state = DecodeState(cache=cache, kv_mask=kv_mask,
+                        logits=decoder.lm_head(config, params, deltas, h[:, -1]),
+                        positions=positions[:, -1] + 1,
+                        tokens=jnp.zeros((batch, new_tokens), jnp.int32),
+                        logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
+                        done=jnp.zeros((batch,), bool), step=jnp.int32(0),
+                        slot=start + width)
+    return constrain(state, mesh)
 
 
 _extend = jax.jit(_feed, static_argnames=("config", "new_tokens", "mesh"),
