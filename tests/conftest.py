@@ -7,6 +7,22 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# pylint: disable=wrong-import-position  # jax reads JAX_PLATFORMS when imported.
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "smollm2: uses the real embedded SmolLM2 GGUF")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops every compiled program after each test module.
+
+    Each XLA:CPU executable keeps its own memory mappings; a whole suite's worth of them
+    in one process passes the kernel's per-process limit (vm.max_map_count, 65530), after
+    which the next compile segfaults inside LLVM.
+    """
+    yield
+    jax.clear_caches()
