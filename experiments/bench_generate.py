@@ -6,7 +6,10 @@ Prints one JSON object with, per batch size: prefill and decode tokens/s (greedy
 stop; compilation excluded and reported separately; best of --repeats runs, as the machine
 may be shared), achieved GFLOP/s as a fraction of
 this machine's float32 matmul GFLOP/s measured in the same run (FLOPs = 2 x matmul params
-x tokens + causal attention), the compiled decode loop's memory, and transformers+torch
+x tokens + causal attention), decode's time against its roofline (the larger of its FLOPs
+at that matmul rate and the bytes it must read, every weight once per step and every real
+cached key and value, at the memory read rate measured in the same run), the compiled
+decode loop's memory, and transformers+torch
 generate on the same weights and lengths. Then population mode: G members x k rows with
 low-rank noise in one batch versus plain inference of the same rows, and versus
 sequential full-rank members (perturb, then generate each member's rows). Last, a Qwen3.5
@@ -71,6 +74,19 @@ def matmul_gflops(n: int, k: int, m: int, repeats: int = 10) -> float:
     return 2 * n * k * m * repeats / (time.perf_counter() - start) / 1e9
 
 
+def memory_read_gbps(gib: float = 1.0, repeats: int = 5) -> float:
+    """GB/s of a jitted float32 sum over a ``gib`` GiB array: one read of memory."""
+    x = jnp.ones(int(gib * 2**30) // 4, jnp.float32)
+    f = jax.jit(jnp.sum)
+    f(x).block_until_ready()
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f(x).block_until_ready()
+        seconds.append(time.perf_counter() - start)
+    return x.nbytes / float(np.median(seconds)) / 1e9
+
+
 def matmul_params(config: models.ModelConfig) -> int:
     """Parameters used in matrix products per token (layer kernels and the LM head)."""
     shapes = decoder.param_shapes(config)
@@ -92,6 +108,17 @@ def flops(config: models.ModelConfig, batch: int, prompt_len: int, new_tokens: i
     decode_keys = np.arange(prompt_len + 1, prompt_len + new_tokens + 1)
     decode = batch * (dense * new_tokens + attention_flops(config, decode_keys))
     return prefill, decode
+
+
+def decode_bytes(config: models.ModelConfig, batch: int, prompt_len: int, new_tokens: int,
+                 itemsize: int) -> float:
+    """Bytes a decode loop must read at least: every matmul weight once per step, and each
+    step every real cached key and value of every row."""
+    c = config
+    keys = np.arange(prompt_len + 1, prompt_len + new_tokens + 1)
+    weights = matmul_params(c) * itemsize * new_tokens
+    cache = batch * 2 * c.num_layers * c.num_kv_heads * c.head_dim * itemsize * float(keys.sum())
+    return weights + cache
 
 
 def compiled_peak_bytes(compiled) -> int:
@@ -205,12 +232,18 @@ def time_torch(module, tokens: np.ndarray, new_tokens: int) -> dict:
 
 
 def with_fractions(result: dict, config, batch: int, prompt_len: int, new_tokens: int,
-                   peak_gflops: float) -> dict:
+                   peak_gflops: float, read_gbps: float, itemsize: int) -> dict:
+    """``result`` with achieved GFLOP/s, the fractions of the matmul rate, and decode's
+    roofline time and the fraction of it achieved."""
     prefill_flops, decode_flops = flops(config, batch, prompt_len, new_tokens)
     for phase, total in (("prefill", prefill_flops), ("decode", decode_flops)):
         achieved = total / result[f"{phase}_s"] / 1e9
         result[f"{phase}_gflops"] = achieved
         result[f"{phase}_fraction_of_matmul_peak"] = achieved / peak_gflops
+    read = decode_bytes(config, batch, prompt_len, new_tokens, itemsize)
+    result["decode_bytes_read"] = read
+    result["decode_roofline_s"] = max(decode_flops / peak_gflops, read / read_gbps) / 1e9
+    result["decode_fraction_of_roofline"] = result["decode_roofline_s"] / result["decode_s"]
     return result
 
 
@@ -314,9 +347,12 @@ def main(argv):
         torch.set_num_threads(os.cpu_count())
         reference = torch_model(model, _DTYPE.value)
     peak = matmul_gflops(1024, config.hidden_size, config.intermediate_size)
+    read_gbps = memory_read_gbps()
+    itemsize = jnp.dtype(loading.DTYPES[_DTYPE.value]).itemsize
     result = dict(model=_MODEL.value, dtype=_DTYPE.value, **sharding.describe(layout),
                   prompt_len=prompt_len, new_tokens=new_tokens,
-                  matmul_params=matmul_params(config), matmul_gflops=peak, batches={})
+                  matmul_params=matmul_params(config), matmul_gflops=peak,
+                  memory_read_gbps=read_gbps, batches={})
     plain = {}
     for batch in [int(b) for b in _BATCH_SIZES.value]:
         tokens = random_prompts(config, batch, prompt_len)
@@ -324,7 +360,7 @@ def main(argv):
                           new_tokens)
         plain[batch] = timing
         entry = with_fractions({k: v for k, v in timing.items() if k != "tokens"}, config,
-                               batch, prompt_len, new_tokens, peak)
+                               batch, prompt_len, new_tokens, peak, read_gbps, itemsize)
         if _TORCH.value:
             torch_timing = time_torch(reference, tokens, new_tokens)
             entry["torch"] = {k: v for k, v in torch_timing.items() if k != "tokens"}
