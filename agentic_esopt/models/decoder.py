@@ -13,12 +13,15 @@ Qwen3.5 (``config.is_hybrid``, run by ``qwen3_5``) stacks ``layers/attn`` over i
 full-attention layers only and adds ``layers/linear_attn`` over its Gated DeltaNet layers
 (see ``qwen3_5``); ``config.stacked_layers`` names the layers of each stack.
 
-Population perturbations arrive as *row deltas*: a tree with the params' structure whose
-leaves are None (unperturbed), ``es.noise.LowRank`` factors gathered per batch row
-(matrices; a (B, in, r), b (B, out, r)) or dense per-row deltas (B, n) (vectors). Layer
-leaves carry the stacked axis first: (L, B, ...). Every matrix product goes through
-``linear`` (and the embedding lookup through ``embed``), which add row b's low-rank delta
-(x a_b) b_bᵀ without materialising per-member weights.
+Population perturbations arrive as ``Deltas``: member-level factors (a tree with the
+params' structure whose leaves are None (unperturbed), ``es.noise.LowRank`` factors
+(matrices; a (G, in, r), b (G, out, r)) or dense deltas (G, n) (vectors); layer leaves
+carry the stacked axis first: (L, G, ...)) and the member of each of the B batch rows. A
+layer's per-row deltas (B, ...) are gathered (``rows``) inside the layer scan, so only one
+layer's exist at a time; the vocabulary-wide factors of the embedding and LM head stay
+member-level (``embed``, ``member_linear``). Every matrix product goes through ``linear``
+or ``member_linear`` (and the embedding lookup through ``embed``), which add row b's
+low-rank delta (x a_b) b_bᵀ without materialising per-member weights.
 """
 
 from __future__ import annotations
@@ -132,39 +135,34 @@ def _init_constant(config: ModelConfig, path: tuple[str, ...]) -> float | None:
     return 0.0 if zero_centred else 1.0
 
 
-def no_deltas(params: PyTree) -> PyTree:
-    """Row deltas for unperturbed inference: the params' structure with None leaves."""
-    return jax.tree.map(lambda _: None, params)
+class Deltas(NamedTuple):
+    """A batch's perturbations: member-level ``factors`` (see the module docstring; all
+    None for unperturbed inference) and ``members`` (B,), the member of each row."""
+
+    factors: PyTree
+    members: jax.Array | None
 
 
-def row_deltas(params: PyTree, factors: PyTree, members: jax.Array) -> PyTree:
-    """Gathers a population's per-member factors into per-row deltas.
+def no_deltas(params: PyTree) -> Deltas:
+    """Deltas of unperturbed inference: the params' structure with None leaves."""
+    return Deltas(jax.tree.map(lambda _: None, params), None)
+
+
+def population_deltas(factors: PyTree, members: jax.Array) -> Deltas:
+    """Deltas of a batch whose row b runs member ``members[b]`` of a population.
 
     Args:
-      params: the model parameters (only the structure and leaf paths are read).
-      factors: ``es.noise.population_factors(population, params)``.
+      factors: ``es.noise.population_factors(population, params)`` (member axis first).
       members: (B,) int member index of each batch row.
-
-    Returns:
-      Row deltas (see module docstring): matrices keep ``LowRank`` factors gathered per
-      row, vectors their dense deltas; stacked layer leaves move the row axis after L.
     """
-
-    def gather(path, _, factor):
-        keys = tuple(k.key for k in path)
-        stacked = keys[0] == "layers"
-        if factor is None:
-            return None
-        if isinstance(factor, LowRank):  # es.noise decides which leaves are matrices.
-            return LowRank(*(_gather_rows(x, members, stacked) for x in factor))
-        return _gather_rows(factor, members, stacked)
-
-    return jax.tree_util.tree_map_with_path(gather, params, factors)
+    layers = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), factors["layers"])
+    return Deltas({**factors, "layers": layers}, members)
 
 
-def _gather_rows(x: jax.Array, members: jax.Array, stacked: bool) -> jax.Array:
-    rows = jnp.take(x, members, axis=0)
-    return jnp.moveaxis(rows, 0, 1) if stacked else rows
+def rows(factors: PyTree, members: jax.Array | None) -> PyTree:
+    """Each row's deltas (B, ...) from member-level ``factors`` (G, ...) (a subtree of
+    ``Deltas.factors``, a layer's slice for stacked leaves)."""
+    return jax.tree.map(lambda x: jnp.take(x, members, axis=0), factors)
 
 
 def linear(x: jax.Array, kernel: jax.Array, delta: LowRank | None = None,
@@ -184,13 +182,34 @@ def linear(x: jax.Array, kernel: jax.Array, delta: LowRank | None = None,
     return y.astype(out_dtype or x.dtype)
 
 
-def embed(tokens: jax.Array, table: jax.Array, delta: LowRank | None = None) -> jax.Array:
-    """Rows of (table + a_b b_bᵀ) for tokens (B, T) -> (B, T, d), without forming the table."""
+def member_linear(x: jax.Array, kernel: jax.Array, delta: LowRank | None,
+                  members: jax.Array | None, out_dtype: Any = None) -> jax.Array:
+    """``linear`` with member-level factors (a (G, in, r), b (G, out, r)), row b using
+    member ``members[b]``'s; for vocabulary-wide out sides (the LM head).
+
+    x a is gathered per row, but (x a) bᵀ is one product with every member's b, each row
+    selecting its own by a one-hot, so no per-row (B, out, r) factor is formed (at G·r
+    extra multiply-adds per output).
+    """
+    y = linear(x, kernel, out_dtype=F32)
+    if delta is not None:
+        xa = jnp.einsum("b...i,bir->b...r", x.astype(F32), jnp.take(delta.a, members, axis=0))
+        own = jax.nn.one_hot(members, delta.b.shape[0], dtype=F32)  # (B, G)
+        xa = jnp.einsum("b...r,bg->b...gr", xa, own)
+        y = y + jnp.einsum("b...gr,gor->b...o", xa, delta.b)
+    return y.astype(out_dtype or x.dtype)
+
+
+def embed(tokens: jax.Array, table: jax.Array, delta: LowRank | None = None,
+          members: jax.Array | None = None) -> jax.Array:
+    """Rows of (table + a_m b_mᵀ) for tokens (B, T) -> (B, T, d), row b using member
+    m = ``members[b]``'s factors (a (G, V, r), b (G, d, r)), without forming the table or
+    gathering a per row."""
     h = jnp.take(table, tokens, axis=0)
     if delta is None:
         return h
-    a_rows = jnp.take_along_axis(delta.a, tokens[..., None], axis=1)  # (B, T, r)
-    shift = jnp.einsum("btr,bdr->btd", a_rows, delta.b)
+    a_rows = delta.a[members[:, None], tokens]  # (B, T, r)
+    shift = jnp.einsum("btr,bdr->btd", a_rows, jnp.take(delta.b, members, axis=0))
     return (h.astype(F32) + shift).astype(h.dtype)
 
 
@@ -348,7 +367,7 @@ def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
                    params["down_proj"], deltas["down_proj"])
 
 
-def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
+def forward(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Array,
             positions: jax.Array, kv_mask: jax.Array, cache: KVCache | None,
             write_index: jax.Array, remat: bool = False, token_mask: jax.Array | None = None
             ) -> tuple[jax.Array, KVCache | None]:
@@ -357,7 +376,7 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
     Args:
       config: model config.
       params: parameters.
-      deltas: row deltas (``no_deltas(params)`` for plain inference).
+      deltas: ``Deltas`` (``no_deltas(params)`` for plain inference).
       tokens: (B, T) new token ids, written to cache slots [write_index, write_index + T).
       positions: (B, T) rotary positions of the new tokens.
       kv_mask: (B, S) True for cache slots holding real tokens (including the new ones).
@@ -387,20 +406,21 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
     cached = kv_mask & ~new_slots
     causal = jnp.arange(T)[:, None] >= jnp.arange(T)[None, :]
     masks = (causal_mask(cached, write_index, T), causal[None] & token_mask[:, None, :])
-    h = embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
+    factors, members = deltas
+    h = embed(tokens, params["embed"]["embedding"], factors["embed"]["embedding"], members)
     rope = rope_tables(config, positions, h.dtype)
 
     def body(h, xs):
-        layer, layer_deltas, prefix = xs
-        return _layer(config, h, layer, layer_deltas, rope, masks, prefix)
+        layer, layer_factors, prefix = xs
+        return _layer(config, h, layer, rows(layer_factors, members), rope, masks, prefix)
 
     if remat:
         body = jax.checkpoint(body)
-    h, new = jax.lax.scan(body, h, (params["layers"], deltas["layers"], cache))
+    h, new = jax.lax.scan(body, h, (params["layers"], factors["layers"], cache))
     if cache is not None:
         cache = KVCache(*(write_slots(full, written, token_mask, write_index)
                           for full, written in zip(cache, new)))
-    h = rms_norm(h, params["final_norm"]["scale"], deltas["final_norm"]["scale"],
+    h = rms_norm(h, params["final_norm"]["scale"], rows(factors["final_norm"]["scale"], members),
                  config.rms_norm_eps)
     return h, cache
 
@@ -427,12 +447,14 @@ def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.
     return causal[None] & kv_mask[:, None, :]
 
 
-def lm_head(config: ModelConfig, params: PyTree, deltas: PyTree, h: jax.Array) -> jax.Array:
+def lm_head(config: ModelConfig, params: PyTree, deltas: Deltas, h: jax.Array) -> jax.Array:
     """float32 logits (B, ..., V) from final hidden states (tied or untied head)."""
+    factors, members = deltas
     if config.tie_word_embeddings:
-        return linear(h, params["embed"]["embedding"].T,
-                      transposed(deltas["embed"]["embedding"]), out_dtype=F32)
-    return linear(h, params["lm_head"]["kernel"], deltas["lm_head"]["kernel"], out_dtype=F32)
+        return member_linear(h, params["embed"]["embedding"].T,
+                             transposed(factors["embed"]["embedding"]), members, F32)
+    return member_linear(h, params["lm_head"]["kernel"], factors["lm_head"]["kernel"], members,
+                         F32)
 
 
 def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> Any:
@@ -456,7 +478,7 @@ def positions_from_mask(attention_mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
 
 
-def hidden_states(config: ModelConfig, params: PyTree, deltas: PyTree, input_ids: jax.Array,
+def hidden_states(config: ModelConfig, params: PyTree, deltas: Deltas, input_ids: jax.Array,
                   attention_mask: jax.Array, remat: bool = False) -> jax.Array:
     """Final-normed hidden states (B, T, d) of a (left-)padded batch without a persistent
     cache; ``remat`` recomputes layer activations in the backward pass (see ``forward``)."""
@@ -469,7 +491,7 @@ def hidden_states(config: ModelConfig, params: PyTree, deltas: PyTree, input_ids
     return h
 
 
-def logits(config: ModelConfig, params: PyTree, deltas: PyTree, input_ids: jax.Array,
+def logits(config: ModelConfig, params: PyTree, deltas: Deltas, input_ids: jax.Array,
            attention_mask: jax.Array) -> jax.Array:
     """float32 logits (B, T, V) of a (left-)padded batch without a persistent cache."""
     return lm_head(config, params, deltas,

@@ -59,9 +59,9 @@ def mesh_of(params: Any) -> Mesh | None:
     return None
 
 
-def rows_sharding(mesh: Mesh, ndim: int, row_axis: int = 0) -> NamedSharding:
-    """Batch rows (axis ``row_axis``) split over the mesh's ``data`` axis."""
-    return NamedSharding(mesh, P(*(DATA if axis == row_axis else None for axis in range(ndim))))
+def rows_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
+    """Batch rows (axis 0) split over the mesh's ``data`` axis."""
+    return NamedSharding(mesh, P(DATA, *(None,) * (ndim - 1)))
 
 
 def cache_shardings(mesh: Mesh, cache: Any) -> Any:

@@ -1,6 +1,6 @@
 """Qwen3.5: a hybrid of Gated DeltaNet linear-attention and gated full-attention layers.
 
-Same contract as ``decoder`` (pure functions of config, params, row deltas, tokens and a
+Same contract as ``decoder`` (pure functions of config, params, deltas, tokens and a
 cache; every projection through ``decoder.project``). Differences from Qwen3:
 
 * RMSNorms are zero-centred, x̂·(1 + w) in float32, except the DeltaNet output norm,
@@ -266,14 +266,16 @@ def _slot(tree: PyTree, i: int) -> PyTree:
     return jax.tree.map(lambda x: x[i], tree)
 
 
-def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
+def forward(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens: jax.Array,
             positions: jax.Array, kv_mask: jax.Array, cache: HybridCache,
             write_index: jax.Array, remat: bool = False) -> tuple[jax.Array, HybridCache]:
     """``decoder.forward`` for hybrid models (same arguments, a ``HybridCache``)."""
     c = config
     mask = decoder.causal_mask(kv_mask, write_index, tokens.shape[1])
     real = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, tokens.shape[1], axis=1)
-    h = decoder.embed(tokens, params["embed"]["embedding"], deltas["embed"]["embedding"])
+    factors, members = deltas
+    h = decoder.embed(tokens, params["embed"]["embedding"], factors["embed"]["embedding"],
+                      members)
     rope = decoder.rope_tables(c, positions, h.dtype)
     pattern = layer_pattern(c)
     groups = c.num_layers // len(pattern)
@@ -281,22 +283,24 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
 
     def body(carry, xs):
         h, cache = carry
-        layers, layer_deltas, group = xs
+        layers, layer_factors, group = xs
+
+        def layer(name, i):  # A layer's params and its rows' deltas.
+            return _slot(layers[name], i), decoder.rows(_slot(layer_factors[name], i), members)
+
         for i, kind in enumerate(pattern):
             j = pattern[:i].count(kind)  # Place among this group's layers of its kind.
             index = group * per_group[kind] + j  # Slot in the whole stack of its kind.
-            p, d = _slot(layers["shared"], i), _slot(layer_deltas["shared"], i)
+            p, d = layer("shared", i)
             x = zero_centred_rms_norm(h, p["input_norm"]["scale"], d["input_norm"]["scale"],
                                       c.rms_norm_eps)
             if kind == "full_attention":
-                y, kv = gated_attention(c, x, _slot(layers["attn"], j),
-                                        _slot(layer_deltas["attn"], j), rope, mask, cache.kv,
-                                        index, write_index)
+                y, kv = gated_attention(c, x, *layer("attn", j), rope, mask, cache.kv, index,
+                                        write_index)
                 cache = cache._replace(kv=kv)
             else:
-                y, conv, state = gated_delta_net(
-                    c, x, _slot(layers["linear_attn"], j), _slot(layer_deltas["linear_attn"], j),
-                    real, cache.conv[index], cache.recurrent[index])
+                y, conv, state = gated_delta_net(c, x, *layer("linear_attn", j), real,
+                                                 cache.conv[index], cache.recurrent[index])
                 cache = cache._replace(conv=cache.conv.at[index].set(conv),
                                        recurrent=cache.recurrent.at[index].set(state))
             h = h + y
@@ -314,8 +318,9 @@ def forward(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Arr
         shared = {name: tree[name] for name in ("input_norm", "post_attn_norm", "mlp")}
         return {**mixers, "shared": _grouped(shared, groups)}
 
-    xs = (split(params["layers"]), split(deltas["layers"]), jnp.arange(groups))
+    xs = (split(params["layers"]), split(factors["layers"]), jnp.arange(groups))
     (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
-    h = zero_centred_rms_norm(h, params["final_norm"]["scale"], deltas["final_norm"]["scale"],
+    h = zero_centred_rms_norm(h, params["final_norm"]["scale"],
+                              decoder.rows(factors["final_norm"]["scale"], members),
                               c.rms_norm_eps)
     return h, cache

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentic_esopt.es import noise as es_noise
 from agentic_esopt.models import decoder
@@ -142,7 +142,7 @@ def constrain(state: DecodeState, mesh: Mesh | None) -> DecodeState:
     return state._replace(cache=constrain_cache(state.cache, mesh), **rows)
 
 
-def _feed(config: ModelConfig, params: PyTree, deltas: PyTree, cache: Any,
+def _feed(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, cache: Any,
           tokens: jax.Array, token_mask: jax.Array, positions: jax.Array, kv_mask: jax.Array,
           start: jax.Array, new_tokens: int, mesh: Mesh | None = None) -> DecodeState:
     """Feeds a left-padded chunk (B, T) (real where ``token_mask``) into the cache from slot
@@ -166,7 +166,7 @@ _extend = jax.jit(_feed, static_argnames=("config", "new_tokens", "mesh"),
 
 
 @functools.partial(jax.jit, static_argnames=("config", "new_tokens"))
-def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Array,
+def _prefill(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens: jax.Array,
              mask: jax.Array, new_tokens: int) -> DecodeState:
     """Runs left-padded prompts (B, P) into a fresh cache of P + ``new_tokens`` slots."""
     batch, prompt_len = tokens.shape
@@ -179,7 +179,7 @@ def _prefill(config: ModelConfig, params: PyTree, deltas: PyTree, tokens: jax.Ar
 
 @functools.partial(jax.jit, static_argnames=("config", "mode", "mesh"),
                    donate_argnames=("state",))
-def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyTree,
+def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: decoder.Deltas,
             state: DecodeState, row_keys: jax.Array, eos_ids: jax.Array,
             temperature: jax.Array, top_p: jax.Array, penalties: jax.Array,
             end_step: jax.Array, mesh: Mesh | None = None) -> DecodeState:
@@ -210,15 +210,17 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: PyT
 
 @functools.partial(jax.jit, static_argnames=("mesh",))
 def _population_deltas(params: PyTree, population: es_noise.Population,
-                       members: jax.Array, mesh: Mesh | None = None) -> PyTree:
-    """Row deltas of ``members`` (B,); on a mesh sharded like the rows that use them."""
-    deltas = decoder.row_deltas(params, es_noise.population_factors(population, params),
-                                members)
+                       members: jax.Array, mesh: Mesh | None = None) -> decoder.Deltas:
+    """Deltas of rows running ``members`` (B,); on a mesh the member-level factors are
+    replicated and ``members`` is sharded like the rows."""
+    deltas = decoder.population_deltas(es_noise.population_factors(population, params),
+                                       members)
     if mesh is None:
         return deltas
-    return jax.tree_util.tree_map_with_path(
-        lambda path, x: jax.lax.with_sharding_constraint(
-            x, rows_sharding(mesh, x.ndim, row_axis=int(path[0].key == "layers"))), deltas)
+    replicated = NamedSharding(mesh, P())
+    return decoder.Deltas(
+        jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated), deltas.factors),
+        jax.lax.with_sharding_constraint(members, rows_sharding(mesh, 1)))
 
 
 _sequence_logits = jax.jit(decoder.logits, static_argnames=("config",))

@@ -54,22 +54,23 @@ def test_bfloat16_smoke(hf_checkpoint):
     assert np.abs(ours[real] - reference[real]).max() < 0.1 * np.abs(reference[real]).max()
 
 
-def test_linear_and_embed_add_rowwise_lowrank_deltas():
+def test_linear_and_embed_add_each_rows_member_lowrank_delta():
     rng = np.random.RandomState(0)
-    x = jnp.asarray(rng.randn(2, 3, 5), jnp.float32)
+    members = jnp.asarray([2, 0, 2, 1])
+    x = jnp.asarray(rng.randn(4, 3, 5), jnp.float32)
     kernel = jnp.asarray(rng.randn(5, 7), jnp.float32)
-    delta = LowRank(jnp.asarray(rng.randn(2, 5, 2), jnp.float32),
-                    jnp.asarray(rng.randn(2, 7, 2), jnp.float32))
-    y = decoder.linear(x, kernel, delta)
-    for b in range(2):
-        np.testing.assert_allclose(y[b], x[b] @ (kernel + delta.a[b] @ delta.b[b].T),
-                                   rtol=1e-5, atol=1e-5)
+    factors = LowRank(jnp.asarray(rng.randn(3, 5, 2), jnp.float32),  # G = 3 members.
+                      jnp.asarray(rng.randn(3, 7, 2), jnp.float32))
     table = jnp.asarray(rng.randn(7, 5), jnp.float32)
-    tokens = jnp.asarray([[0, 6, 3], [2, 2, 1]])
-    table_delta = LowRank(delta.b, delta.a)  # a (B, V=7, r), b (B, d=5, r)
-    rows = decoder.embed(tokens, table, table_delta)
-    for b in range(2):
-        np.testing.assert_allclose(rows[b], (table + delta.b[b] @ delta.a[b].T)[tokens[b]],
+    tokens = jnp.asarray([[0, 6, 3], [2, 2, 1], [4, 5, 6], [1, 0, 0]])
+    row_linear = decoder.linear(x, kernel, decoder.rows(factors, members))
+    member_linear = decoder.member_linear(x, kernel, factors, members)
+    embedded = decoder.embed(tokens, table, decoder.transposed(factors), members)
+    for b, m in enumerate(members):
+        expected = x[b] @ (kernel + factors.a[m] @ factors.b[m].T)
+        np.testing.assert_allclose(row_linear[b], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(member_linear[b], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(embedded[b], (table + factors.b[m] @ factors.a[m].T)[tokens[b]],
                                    rtol=1e-5, atol=1e-5)
 
 

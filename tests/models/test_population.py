@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agentic_esopt import es, models
-from agentic_esopt.models import sampling
+from agentic_esopt.models import decoder, sampling
 
 from parity import assert_population_rows_equal_member_forwards
 
@@ -29,8 +29,8 @@ def noisy_params(config, seed=0):
     return jax.tree.map(lambda p: p * 3 + 0.1 * rng.randn(*p.shape).astype(np.float32), params)
 
 
-def population_of(params, noise, sigma=0.05):
-    strategy = es.agentic_esopt(population_size=4, sigma=sigma, learning_rate=1e-3,
+def population_of(params, noise, sigma=0.05, size=4):
+    strategy = es.agentic_esopt(population_size=size, sigma=sigma, learning_rate=1e-3,
                                 noise=noise, rank=2)
     return strategy.ask(strategy.init(jax.random.key(7), params))
 
@@ -65,21 +65,23 @@ def test_lowrank_rows_equal_forward_on_perturbed_params(model_name, tiny):
                                                  mask)
 
 
-def test_row_deltas_hold_each_rows_member_delta(tiny):
+def test_deltas_hold_member_level_factors_and_each_rows_member(tiny):
     population = population_of(tiny.params, "lowrank")
-    deltas = sampling._population_deltas(tiny.params, population, MEMBERS)
+    factors, members = sampling._population_deltas(tiny.params, population, MEMBERS)
+    np.testing.assert_array_equal(members, MEMBERS)
     member = MEMBERS[2]
     shift = jax.tree.map(lambda p, q: np.asarray(p - q),
                          es.noise.perturb(tiny.params, population, member), tiny.params)
-    q = deltas["layers"]["attn"]["q_proj"]["kernel"]
-    assert q.a.shape == (2, 4, 64, 2) and q.b.shape == (2, 4, 64, 2)  # (L, B, in|out, r)
-    np.testing.assert_allclose(np.einsum("lir,lor->lio", q.a[:, 2], q.b[:, 2]),
+    q = factors["layers"]["attn"]["q_proj"]["kernel"]
+    assert q.a.shape == (2, 4, 64, 2) and q.b.shape == (2, 4, 64, 2)  # (L, G, in|out, r)
+    np.testing.assert_allclose(np.einsum("lir,lor->lio", q.a[:, member], q.b[:, member]),
                                shift["layers"]["attn"]["q_proj"]["kernel"], atol=1e-6)
-    norm = deltas["layers"]["input_norm"]["scale"]
+    norm = factors["layers"]["input_norm"]["scale"]
     assert norm.shape == (2, 4, 64)
-    np.testing.assert_allclose(norm[:, 2], shift["layers"]["input_norm"]["scale"], atol=1e-6)
-    embedding = deltas["embed"]["embedding"]
-    np.testing.assert_allclose(embedding.a[2] @ embedding.b[2].T,
+    np.testing.assert_allclose(norm[:, member], shift["layers"]["input_norm"]["scale"],
+                               atol=1e-6)
+    embedding = factors["embed"]["embedding"]
+    np.testing.assert_allclose(embedding.a[member] @ embedding.b[member].T,
                                shift["embed"]["embedding"], atol=1e-6)
 
 
@@ -121,3 +123,34 @@ def test_fullrank_logits_and_member_validation(tiny):
         models.logits(config, params, ids, mask, population, [0, 1, 4, 0])
     with pytest.raises(ValueError, match="ints"):
         models.logits(config, params, ids, mask, population, [0, 1])
+
+
+def test_decode_gathers_row_deltas_one_layer_at_a_time():
+    """32 rows of 2 members: the compiled decode loop's memory over plain decoding stays far
+    below the per-row factors of every layer (what gathering them before the layer scan, or
+    gathering the vocabulary-wide factors per row, would hold)."""
+    config = models.ModelConfig(model_type="llama", vocab_size=4096, hidden_size=64,
+                                intermediate_size=128, num_layers=8, num_heads=4,
+                                num_kv_heads=2, head_dim=16)
+    params = models.init_params(config, jax.random.key(0))
+    rows, new_tokens = 32, 16
+    members = np.arange(rows, dtype=np.int32) % 2
+    population = population_of(params, "lowrank", size=2)
+    tokens = np.zeros((rows, 16), np.int32)
+    loop = (jax.random.split(jax.random.key(0), rows), np.int32([0]), np.float32(1),
+            np.float32(1), np.zeros(2, np.float32), np.int32(new_tokens))
+    mode = sampling.SamplingMode(greedy=True, top_k=None, top_p=False)
+
+    def peak_bytes(deltas):
+        state = jax.eval_shape(lambda: sampling._prefill(config, params, deltas, tokens,
+                                                         np.ones_like(tokens), new_tokens))
+        m = sampling._decode.lower(config, mode, params, deltas, state,
+                                   *loop).compile().memory_analysis()
+        return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                - m.alias_size_in_bytes)
+
+    deltas = jax.eval_shape(lambda: sampling._population_deltas(params, population, members))
+    row_factor_bytes = rows // 2 * sum(x.size * x.dtype.itemsize
+                                       for x in jax.tree.leaves(deltas.factors))
+    extra = peak_bytes(deltas) - peak_bytes(decoder.no_deltas(params))
+    assert extra < row_factor_bytes / 4
