@@ -17,6 +17,11 @@ writes raises. Reward, on the final step: 1 iff the tool ran at least once and t
 ``\\boxed{}`` of the final answer equals the task's answer (``math-verify``, then a
 normalised exact match with 1e-8 numeric tolerance); 0 otherwise, also when the turn
 limit ends the episode first.
+
+The ``code`` protocol shapes the task for small models (as the Sudoku default lists the
+legal moves): a fenced code block is a tool call, each observation ends by asking for the
+final answer, and a reply without a tool call is the final answer, read leniently (a box,
+else the number after "answer", else the reply's last number). The reward is the same.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ TOOLS = ("bash", "python")
 # Tool -> the argument that holds its input.
 TOOL_ARGUMENT = {"bash": "command", "python": "code"}
 STOP = ("Observation:",)
+PROTOCOLS = ("react", "code")
+# Under the code protocol a reply also ends after its code block's closing fence.
+CODE_STOP = (*STOP, "\n```\n")
 MAX_ACTION_CHARS = 100_000
 NUMERIC_TOLERANCE = 1e-8
 
@@ -63,6 +71,16 @@ Call one tool per reply. The result comes back in a message that starts with \
 When you know the answer, reply with your final answer in this form and nothing after it:
 Final answer: \\boxed{ANSWER}"""
 
+CODE_SYSTEM_PROMPT = """\
+You are a math agent with a Python tool. To compute something, reply with only a Python \
+code block, for example:
+```python
+print(12 * 34)
+```
+The tool runs it and returns the output. Then reply with the final answer, for example:
+Final answer: 408"""
+CODE_ANSWER_REQUEST = "\n\nWhat is the final answer? Reply in words, not code."
+
 HINTS = ("none", "format", "command")
 FORMAT_HINT = """
 
@@ -78,13 +96,19 @@ Then read the number in the observation and reply with:
 Final answer: \\boxed{{NUMBER}}"""
 
 
-def user_message(task: MathTask, hint: str = "none") -> str:
+def user_message(task: MathTask, hint: str = "none", protocol: str = "react") -> str:
     """The first observation: the problem and the rule that the tool must be used.
 
     ``hint``: "format" adds a worked example of the action and answer format; "command"
     adds the exact tool call that computes an easy problem's expression (the "format"
-    example for problems without one).
+    example for problems without one). Under the ``code`` protocol the system prompt holds
+    the example, and "command" gives the code block.
     """
+    if protocol == "code":
+        if hint == "command" and task.expression:
+            return (f"Problem: {task.question}\nReply with this code block to compute it:\n"
+                    f"```python\nprint({task.expression})\n```")
+        return f"Problem: {task.question}\nUse the Python tool first."
     message = (f"Problem: {task.question}\n\nYou must use the bash tool at least once "
                "before you give the final answer.")
     if hint == "command" and task.expression:
@@ -283,6 +307,36 @@ def parse_reply(text: str) -> ToolCall | FinalAnswer | FormatError:
                        'Final answer: \\boxed{...}')
 
 
+_CODE_BLOCK = re.compile(r"```[ \t]*(python3?|py|bash|sh|shell)?[ \t]*\n(.*?)(?:```|$)",
+                         re.DOTALL | re.IGNORECASE)
+_NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?"
+_ANSWER_NUMBER = re.compile(rf"answer\b\D{{0,20}}?({_NUMBER})", re.IGNORECASE)
+
+
+def parse_code_reply(text: str) -> ToolCall | FinalAnswer | FormatError:
+    """Reads one reply under the ``code`` protocol; never raises.
+
+    The first fenced code block is a tool call (``bash``/``sh`` fences run in bash, any
+    other in Python); then whatever ``parse_reply`` reads; otherwise the reply is a final
+    answer: the number after "answer", else the reply's last number.
+    """
+    if not isinstance(text, str):
+        return FormatError(f"expected text, got {type(text).__name__}")
+    block = _CODE_BLOCK.search(text[:MAX_ACTION_CHARS])
+    if block and block.group(2).strip():
+        tool = "bash" if (block.group(1) or "").lower() in ("bash", "sh", "shell") else "python"
+        return ToolCall(tool, {TOOL_ARGUMENT[tool]: block.group(2).strip()})
+    parsed = parse_reply(text)
+    if not isinstance(parsed, FormatError):
+        return parsed
+    answer = _ANSWER_NUMBER.search(text)
+    numbers = re.findall(_NUMBER, text[-MAX_ACTION_CHARS:])
+    if answer or numbers:
+        return FinalAnswer(answer.group(1) if answer else numbers[-1])
+    return FormatError("no code block and no final answer; compute with a ```python code "
+                       "block, or answer with Final answer: NUMBER")
+
+
 # ----------------------------------------------------------------------------- reward
 
 _TEXT_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mbox|operatorname)\s*\{([^{}]*)\}")
@@ -422,11 +476,13 @@ class MathReactEnv:
     """One episode of ``math_react`` (see the module docstring)."""
 
     def __init__(self, max_turns: int = 50, observation_chars: int = 6000,
-                 limits: ToolLimits = ToolLimits(), hint: str = "none"):
+                 limits: ToolLimits = ToolLimits(), hint: str = "none",
+                 protocol: str = "react"):
         self.turn_limit_default = max_turns
         self.observation_chars = observation_chars
         self.limits = limits
         self.hint = hint
+        self.protocol = protocol
         self._task: MathTask | None = None
         self._workspace: sandbox.Workspace | None = None
         self._turn = 0
@@ -447,7 +503,7 @@ class MathReactEnv:
             self.turn_limit_default, max_turns)
         self._tool_calls = 0
         self._done = False
-        return user_message(task, self.hint)
+        return user_message(task, self.hint, self.protocol)
 
     @property
     def tool_calls(self) -> int:
@@ -459,7 +515,7 @@ class MathReactEnv:
         if self._task is None or self._done:
             raise RuntimeError("step() called on an episode that was not reset or has ended")
         self._turn += 1
-        parsed = parse_reply(action_text)
+        parsed = (parse_code_reply if self.protocol == "code" else parse_reply)(action_text)
         info: dict[str, Any] = {"turn": self._turn, "tool_calls": self._tool_calls}
         if isinstance(parsed, FinalAnswer):
             return self._finish(parsed.boxed, info)
@@ -518,8 +574,11 @@ class MathReactEnv:
                                      max_processes=limits.max_processes,
                                      max_disk_mb=limits.max_disk_mb)
         self._tool_calls += 1
-        return (format_observation(call.name, result, self.observation_chars,
-                                   limits.timeout_s), "tool")
+        request = CODE_ANSWER_REQUEST if self.protocol == "code" else ""
+        observation = format_observation(call.name, result,
+                                         self.observation_chars - len(request),
+                                         limits.timeout_s)
+        return observation + request, "tool"
 
     def close(self) -> None:
         """Removes the episode's working directory and whatever the tool left running."""
@@ -555,6 +614,10 @@ class Options:
                                           "example of the action and answer format; "
                                           "'command': the exact tool call for an easy "
                                           "problem (the format example otherwise).")
+    protocol: str = options_lib.field("react", "'react': the reference's JSON actions and "
+                                               "boxed answers; 'code': shaped for small "
+                                               "models (code blocks are tool calls, "
+                                               "answers are read leniently).")
     max_turns: int = options_lib.field(50, "Turns per episode (every reply counts).")
     observation_chars: int = options_lib.field(6000, "Longest observation; longer ones keep "
                                                      "their start and end.")
@@ -577,6 +640,8 @@ class Options:
             check(not unknown, f"families {unknown} are not {self.difficulty} families; "
                                f"choose from {sorted(math_data.FAMILIES[self.difficulty])}")
         check(self.hint in HINTS, f"hint must be one of {HINTS}, got {self.hint!r}")
+        check(self.protocol in PROTOCOLS,
+              f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         check(self.max_turns >= 1, f"max_turns must be >= 1, got {self.max_turns}")
         check(self.observation_chars >= 200,
               f"observation_chars must be >= 200, got {self.observation_chars}")
@@ -635,12 +700,14 @@ def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
                 "train", options.difficulty, options.families)
 
     train_tasks(0)  # Fails now, before any compute, if the setting cannot make tasks.
+    code = options.protocol == "code"
     limits = ToolLimits(timeout_s=options.tool_timeout_s, memory_mb=options.tool_memory_mb,
                         max_processes=options.tool_max_processes,
                         max_disk_mb=options.tool_max_disk_mb)
     return base.TaskSource(
         env_factory=functools.partial(MathReactEnv, max_turns=options.max_turns,
                                       observation_chars=options.observation_chars,
-                                      limits=limits, hint=options.hint),
-        system_prompt=SYSTEM_PROMPT, train_tasks=train_tasks, eval_tasks=eval_tasks,
-        stop=STOP)
+                                      limits=limits, hint=options.hint,
+                                      protocol=options.protocol),
+        system_prompt=CODE_SYSTEM_PROMPT if code else SYSTEM_PROMPT,
+        train_tasks=train_tasks, eval_tasks=eval_tasks, stop=CODE_STOP if code else STOP)

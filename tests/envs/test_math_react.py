@@ -500,6 +500,57 @@ def test_command_hint_shows_a_call_that_solves_easy_problems():
         envs.make("math_react", hint="yes")
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("```python\nprint(6 * 7)\n```", ToolCall("python", {"code": "print(6 * 7)"})),
+    ("Here is the code:\n\n```py\nx = 6\nprint(x * 7)", ToolCall("python",
+                                                                 {"code": "x = 6\nprint(x * 7)"})),
+    ("```\nprint(1)\n```\nOutput: 1", ToolCall("python", {"code": "print(1)"})),
+    ("```bash\necho hi\n```", ToolCall("bash", {"command": "echo hi"})),
+    (action(BASH), ToolCall("bash", {"command": "echo hi"})),
+    ("Final answer: \\boxed{\\frac{1}{2}}", FinalAnswer("\\frac{1}{2}")),
+    ("Final answer: 408", FinalAnswer("408")),
+    ("The final answer is 43.\n[exit_code] 0", FinalAnswer("43")),
+    ("So 7190 + 4521 is equal to 11,711.", FinalAnswer("11,711")),
+    ("The answer: -3/4", FinalAnswer("-3/4")),
+])
+def test_code_protocol_reads_code_blocks_and_lenient_answers(text, expected):
+    assert math_react.parse_code_reply(text) == expected
+
+
+@pytest.mark.parametrize("text", ["I am not sure.", "```python\n\n```", "", None])
+def test_code_protocol_replies_without_code_or_number_are_feedback(text):
+    assert isinstance(math_react.parse_code_reply(text), FormatError)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_PIECES | st.sampled_from(["```python\n", "```bash\n", "42", "answer is"])
+                | st.text(max_size=5), max_size=40).map("".join))
+def test_code_protocol_parser_never_raises(text):
+    assert isinstance(math_react.parse_code_reply(text), (ToolCall, FinalAnswer, FormatError))
+
+
+def test_code_protocol_episode_asks_for_the_answer_and_keeps_the_reward_rules():
+    source = envs.make("math_react", difficulty="easy", hint="command", protocol="code",
+                       eval_size=4)
+    assert source.system_prompt == math_react.CODE_SYSTEM_PROMPT
+    assert source.stop == ("Observation:", "\n```\n")
+    for task in source.eval_tasks:
+        env = source.env_factory()
+        first = env.reset(task)
+        assert first.endswith(f"```python\nprint({task.expression})\n```")
+        obs = env.step(first[first.index("```"):]).observation
+        assert obs == (f"Observation from python:\n{task.answer}\n[exit_code] 0"
+                       + math_react.CODE_ANSWER_REQUEST)
+        assert env.step(f"The answer is {task.answer}.").reward == 1.0
+    env = source.env_factory()
+    env.reset(source.eval_tasks[0])
+    result = env.step(f"It is {source.eval_tasks[0].answer}.")  # no tool call first
+    assert (result.reward, result.done, result.info["reason"]) == (
+        0.0, True, "the tool was never used")
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        envs.make("math_react", protocol="json")
+
+
 def test_timeouts_and_floods_are_reported_in_the_observation():
     env = make_env(limits=math_react.ToolLimits(timeout_s=1, max_output_bytes=1 << 16))
     env.reset(TASK)
