@@ -12,10 +12,10 @@ Every turn of the kept-cache episode is timed; a turn's time excludes the tracin
 compilation it triggered (new shape buckets), as ``jax.monitoring`` reports them, and the
 total compile time is reported apart. Re-prefilling the whole episode would take hours on
 a CPU, so its turns are timed (the same way) at ``--reprefill_turns`` on the same
-conversations, ``--reprefill_rows`` rows per call (without flash attention, a whole
-64-row batch of 2000-token prompts does not fit in memory), and its total is interpolated
-linearly between them (a turn's cost grows smoothly with its context). Both paths must produce the same replies at the timed turns
-(``replies_match``).
+conversations, ``--reprefill_rows`` rows per call (a fresh cache per call: 16 rows of a
+2000-token conversation hold 1.5 GB of float32 SmolLM2 keys and values), and its total is
+interpolated linearly between them (a turn's cost grows smoothly with its context). Both
+paths must produce the same replies at the timed turns (``replies_match``).
 """
 
 import json
@@ -37,8 +37,8 @@ _REPLY_TOKENS = flags.DEFINE_integer("reply_tokens", 16, "Tokens per reply (at m
 _REPREFILL_TURNS = flags.DEFINE_list("reprefill_turns", ["1", "10", "30"],
                                      "Turns (1-based) at which re-prefilling is timed.")
 _REPREFILL_ROWS = flags.DEFINE_integer(
-    "reprefill_rows", 16, "Rows re-prefilled per call (all of them at once would need the "
-    "attention scores of the whole conversation: ~15 GB per layer at 64 rows, turn 30).")
+    "reprefill_rows", 16, "Rows re-prefilled per call (each call's fresh cache holds "
+    "their whole conversations).")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON result.")
 
 SYSTEM_PROMPT = "You are an agent. Read each observation and answer with one action."

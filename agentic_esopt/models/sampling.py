@@ -3,7 +3,10 @@
 Prompts are left-padded into a batch whose size and length are rounded up to a few bucket
 shapes (powers of two and 1.5x powers of two), so recompiles are rare. Rotary positions
 come from the attention mask and padded slots are masked out, so a row's output does not
-depend on the rest of the batch. Decoding runs in one jitted ``while_loop`` over steps
+depend on the rest of the batch. A prompt chunk whose attention scores would exceed
+``MAX_PIECE_SCORES`` (a long system prompt at a large batch) is fed in pieces, each
+attending to the cache the earlier ones wrote: memory stays bounded and the outputs are
+those of feeding it whole (up to float rounding). Decoding runs in one jitted ``while_loop`` over steps
 (the cache is donated); with stop strings the loop runs in chunks between which the host
 checks the decoded text.
 
@@ -37,6 +40,9 @@ PyTree = Any
 MIN_PROMPT_BUCKET = 16
 MIN_NEW_TOKENS_BUCKET = 16
 STOP_CHECK_INTERVAL = 16
+# Attention scores (rows x heads x new tokens x slots) one fed piece may hold: longer
+# prompts (e.g. a skill in the system prompt, at a batch of 64) are fed in pieces.
+MAX_PIECE_SCORES = 2**28
 
 
 class GenerationOutput(NamedTuple):
@@ -495,9 +501,15 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
         deltas = _population_deltas(params, population, put(padded_members), mesh)
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(settings.key,
                                                                put(padded_streams))
-    state = _extend(config, params, deltas, kv, put(chunk.tokens), put(chunk.tokens_mask),
-                    put(chunk.positions), put(chunk.kv_mask), jnp.int32(chunk.start),
-                    new_tokens=new_tokens, mesh=mesh)
+    kv_mask = put(chunk.kv_mask)
+    width = piece_width(*chunk.tokens.shape, kv_mask.shape[1], config.num_heads)
+    for start in range(0, chunk.tokens.shape[1], width):
+        piece = slice(start, start + width)
+        state = _extend(config, params, deltas, kv, put(chunk.tokens[:, piece]),
+                        put(chunk.tokens_mask[:, piece]), put(chunk.positions[:, piece]),
+                        kv_mask, jnp.int32(chunk.start + start), new_tokens=new_tokens,
+                        mesh=mesh)
+        kv = state.cache
     state = state._replace(done=put(~called))  # Rows not called never wait.
     interval = STOP_CHECK_INTERVAL if settings.stop else settings.max_new_tokens
     eos_ids = jnp.asarray(settings.eos_ids or (-1,), jnp.int32)
@@ -522,6 +534,16 @@ def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[
     cache.record(part, chunk, state.cache, generated)
     cut = [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
     return [(ids, row_logprobs[:len(ids)].tolist()) for ids, row_logprobs in zip(cut, logprobs)]
+
+
+def piece_width(batch: int, width: int, slots: int, heads: int) -> int:
+    """Width of the pieces a chunk of ``width`` new tokens is fed in: the widest that
+    divides it by halving and keeps the attention scores within ``MAX_PIECE_SCORES``
+    (a piece attends to the cache the earlier pieces wrote, so the result is the same)."""
+    while width % 2 == 0 and width > MIN_PROMPT_BUCKET and (
+            batch * heads * width * slots > MAX_PIECE_SCORES):
+        width //= 2
+    return width
 
 
 def _cut_after_eos(ids: list[int], eos_ids: tuple[int, ...]) -> list[int]:

@@ -4,7 +4,7 @@ import pytest
 import torch
 import transformers
 
-from agentic_esopt.models import tiny
+from agentic_esopt.models import sampling, tiny
 
 HF_CLASSES = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
@@ -47,3 +47,18 @@ def hf_checkpoint(tmp_path_factory):
         return model, path
 
     return make
+
+
+@pytest.fixture
+def fed_pieces(monkeypatch) -> list[int]:
+    """Makes ``generate`` feed every chunk wider than 16 tokens in 16-token pieces; returns
+    the list of the fed pieces' widths, filled as calls feed them."""
+    monkeypatch.setattr(sampling, "MAX_PIECE_SCORES", 1)
+    widths, extend = [], sampling._extend  # pylint: disable=protected-access
+
+    def counting(config, params, deltas, cache, tokens, *args, **kwargs):
+        widths.append(tokens.shape[1])
+        return extend(config, params, deltas, cache, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(sampling, "_extend", counting)
+    return widths

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from agentic_esopt import es, models
-from agentic_esopt.models import kv_cache
+from agentic_esopt.models import kv_cache, sampling
 
 TURNS = 4
 
@@ -21,12 +21,13 @@ def observations(rows: int, turn: int) -> list[list[int]]:
     return [rng.randint(3, 250, 2 + (5 * row + 3 * turn) % 9).tolist() for row in range(rows)]
 
 
-def play(model, kept, rows=6, active=lambda turn: range(6), **kwargs):
+def play(model, kept, rows=6, active=lambda turn: range(6), opening=(), **kwargs):
     """A multi-turn token conversation: each turn's prompt is the last prompt, the reply and
-    a new observation. ``kept``: one ConversationCache for every turn, else fresh calls.
-    Returns every turn's replies and log-probabilities."""
+    a new observation; the first starts with the ``opening`` tokens (a system prompt).
+    ``kept``: one ConversationCache for every turn, else fresh calls. Returns every turn's
+    replies and log-probabilities."""
     cache = models.ConversationCache() if kept else None
-    prompts = observations(rows, 0)
+    prompts = [list(opening) + obs for obs in observations(rows, 0)]
     outputs = []
     for turn in range(TURNS):
         called = list(active(turn))
@@ -84,6 +85,27 @@ def test_population_members_keep_their_caches(model):
         members = np.array([0, 1, 2, 0, 1, 2], np.int32)
         kwargs = dict(population=population, members=members)
         assert_same(play(model, True, **kwargs), play(model, False, **kwargs))
+
+
+def test_long_prompts_fed_in_pieces_give_the_same_tokens(model, request):
+    strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3,
+                                noise="lowrank", rank=2)
+    kwargs = dict(population=strategy.ask(strategy.init(jax.random.key(1), model.params)),
+                  members=np.array([0, 1, 2, 0, 1, 2], np.int32), temperature=1.0,
+                  key=jax.random.key(7), opening=range(3, 43))
+    whole = play(model, True, **kwargs)
+    widths = request.getfixturevalue("fed_pieces")  # From here on.
+    assert_same(play(model, True, **kwargs), whole)
+    assert widths[:4] == [16] * 4  # The first turn's 64-token bucket went in four pieces.
+
+
+def test_piece_width_divides_the_chunk_and_bounds_the_scores():
+    assert sampling.piece_width(4, 48, 64, 2) == 48  # Within the budget: one piece.
+    budget = sampling.MAX_PIECE_SCORES
+    width = sampling.piece_width(64, 6144, 6200, 9)
+    assert 6144 % width == 0 and 64 * 9 * width * 6200 <= budget < 64 * 9 * 2 * width * 6200
+    assert sampling.piece_width(64, 48, 10**9, 9) == 12  # Halved down to <= 16 tokens.
+    assert sampling.piece_width(64, 16, 10**9, 9) == 16
 
 
 def test_trimmed_history_re_prefills_what_changed(model):

@@ -118,6 +118,16 @@ def test_greedy_generation_matches_transformers(reference):
     assert alone.token_ids == expected[1:2]  # Padding does not leak into the state.
 
 
+def test_long_prompts_fed_in_pieces_carry_the_recurrent_state(reference, request):
+    _, model = reference
+    rng = np.random.RandomState(1)
+    token_lists = [rng.randint(3, 259, n).tolist() for n in (70, 5, 23)]
+    whole = models.generate(model, token_lists, max_new_tokens=10)
+    widths = request.getfixturevalue("fed_pieces")  # From here on.
+    assert models.generate(model, token_lists, max_new_tokens=10).token_ids == whole.token_ids
+    assert widths == [12] * 8  # The 96-token bucket, halved to 12-token pieces.
+
+
 def test_es_noise_leaf_kinds(reference):
     params = reference[1].params
     shapes = {jax.tree_util.keystr(path): leaf.shape
