@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentic_esopt import models
-from agentic_esopt.training import config as config_lib
+from agentic_esopt.training import config as config_lib, report
 from agentic_esopt.training.checkpoint import load_config, restore_workdir_state
 from agentic_esopt.training.files import RunFiles
 from agentic_esopt.training.trainer import make_reward_source
@@ -53,3 +53,14 @@ def evaluate_workdir(workdir: str, base: bool = False,
     return dict(workdir=workdir, params="base" if base else "latest", generation=generation,
                 model=config.model.name, eval_split=config.eval.split,
                 eval_temperature=config.eval.temperature, skill=skill, **statistics)
+
+
+def evaluate_skill_effect(workdir: str, skill: str, base: bool = False,
+                          eval_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Evaluates a workdir's parameters without and with a skill, on the same tasks with
+    the same sampling key: both evaluations and the skill's effect (``report.compare``:
+    the differences in pooled and paired s.e.)."""
+    without = evaluate_workdir(workdir, base, eval_overrides)
+    with_skill = evaluate_workdir(workdir, base, eval_overrides, skill)
+    return dict(without_skill=without, with_skill=with_skill,
+                skill_effect=report.compare(without, with_skill))

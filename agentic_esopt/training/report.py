@@ -75,6 +75,12 @@ def _comparison(initial: dict, final: dict, key: str, episodes_key: str) -> dict
                                          else _ratio(difference, paired_se)))
 
 
+def compare(before: dict, after: dict) -> dict:
+    """Two episode evaluations' mean reward and success rate: each difference and its
+    ratio to the pooled and (same tasks in the same order) the paired s.e."""
+    return {key: _comparison(before, after, key, episodes) for key, _, episodes in COMPARED}
+
+
 def _is_episode_eval(record: dict) -> bool:
     return "mean_reward" in record
 
@@ -99,8 +105,7 @@ def summarize(records: Sequence[dict]) -> dict:
     return dict(
         generations=len(train), initial_generation=initial["generation"],
         final_generation=final["generation"], eval_episodes=final["num_episodes"],
-        **{key: _comparison(initial, final, key, episodes)
-           for key, _, episodes in COMPARED},
+        **compare(initial, final),
         train_reward_mean_first=train[0]["reward_mean"] if train else None,
         train_reward_mean_last=train[-1]["reward_mean"] if train else None,
         wall_time_s=sum(r["wall_time_s"] for r in records))

@@ -49,11 +49,16 @@ def test_command_line_evaluates_the_latest_checkpoint(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert completed.returncode == 0, completed.stderr[-3000:]
     result = json.loads(completed.stdout)
-    assert (result["params"], result["generation"], result["eval_split"]) == (
+    without, with_skill = result["without_skill"], result["with_skill"]
+    assert (with_skill["params"], with_skill["generation"], with_skill["eval_split"]) == (
         "latest", 1, "test")
-    assert result["num_episodes"] == 2 and result["model"] == "tiny"
-    assert result["skill"] == str(skill)
-    assert {"mean_reward", "mean_reward_se", "success_rate", "success_rate_se"} <= set(result)
+    assert with_skill["num_episodes"] == 2 and with_skill["model"] == "tiny"
+    assert (without["skill"], with_skill["skill"]) == (None, str(skill))
+    assert without["episode_task_ids"] == with_skill["episode_task_ids"]
+    effect = result["skill_effect"]["mean_reward"]
+    assert effect["difference"] == pytest.approx(with_skill["mean_reward"]
+                                                 - without["mean_reward"])
+    assert {"difference_in_se", "difference_in_paired_se"} <= set(effect)
     assert snapshot(workdir) == before
 
 
