@@ -6,9 +6,9 @@ come from the attention mask and padded slots are masked out, so a row's output 
 depend on the rest of the batch. A prompt chunk whose attention scores would exceed
 ``MAX_PIECE_SCORES`` (a long system prompt at a large batch) is fed in pieces, each
 attending to the cache the earlier ones wrote: memory stays bounded and the outputs are
-those of feeding it whole (up to float rounding). Decoding runs in one jitted ``while_loop`` over steps
-(the cache is donated); with stop strings the loop runs in chunks between which the host
-checks the decoded text.
+those of feeding it whole (up to float rounding). Decoding runs in one jitted
+``while_loop`` over steps (the cache is donated); with stop strings the loop runs in
+chunks between which the host checks the decoded text.
 
 Populations: with a low-rank population, one batched call serves all members (row b uses
 member ``members[b]``; the factors are computed once per call, before the decode loop).

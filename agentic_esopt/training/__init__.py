@@ -8,5 +8,5 @@ from agentic_esopt.training.files import RunFiles
 from agentic_esopt.training.trainer import TrainResult, train
 
 __all__ = ["RunFiles", "TrainConfig", "TrainResult", "checkpoint", "config",
-           "evaluate_skill_effect", "evaluate_workdir", "evaluation", "files", "make_strategy", "metrics", "report",
-           "train", "trainer", "updates"]
+           "evaluate_skill_effect", "evaluate_workdir", "evaluation", "files", "make_strategy",
+           "metrics", "report", "train", "trainer", "updates"]

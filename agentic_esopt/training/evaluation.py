@@ -59,8 +59,9 @@ def evaluate_skill_effect(workdir: str, skill: str, base: bool = False,
                           eval_overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Evaluates a workdir's parameters without and with a skill, on the same tasks with
     the same sampling key: both evaluations and the skill's effect (``report.compare``:
-    the differences in pooled and paired s.e.)."""
-    without = evaluate_workdir(workdir, base, eval_overrides)
+    the differences in pooled and paired s.e.). A bad skill path fails before any
+    evaluation."""
     with_skill = evaluate_workdir(workdir, base, eval_overrides, skill)
+    without = evaluate_workdir(workdir, base, eval_overrides)
     return dict(without_skill=without, with_skill=with_skill,
                 skill_effect=report.compare(without, with_skill))

@@ -86,3 +86,5 @@ def test_evaluation_errors(tmp_path):
         training.evaluate_workdir(str(tmp_path), eval_overrides={"seed": 1})
     with pytest.raises(FileNotFoundError, match="no usable checkpoint"):
         training.evaluate_workdir(str(tmp_path))
+    with pytest.raises(ValueError, match="skill: no file"):
+        training.evaluate_skill_effect(str(tmp_path), str(tmp_path / "missing.md"), base=True)
