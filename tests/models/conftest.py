@@ -51,8 +51,8 @@ def hf_checkpoint(tmp_path_factory):
 
 @pytest.fixture
 def fed_pieces(monkeypatch) -> list[int]:
-    """Makes ``generate`` feed every chunk wider than 16 tokens in 16-token pieces; returns
-    the list of the fed pieces' widths, filled as calls feed them."""
+    """Makes ``generate`` feed every chunk wider than 16 tokens in pieces of 16 tokens or
+    fewer; returns the list of the fed pieces' widths, filled as calls feed them."""
     monkeypatch.setattr(sampling, "MAX_PIECE_SCORES", 1)
     widths, extend = [], sampling._extend  # pylint: disable=protected-access
 
