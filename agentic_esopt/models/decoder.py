@@ -45,11 +45,19 @@ _MASKED = float(np.finfo(np.float32).min)
 
 
 class KVCache(NamedTuple):
-    """Stacked key/value cache, each (L, B, num_kv_heads, S, head_dim) in the params dtype
-    (heads before slots, so attention reads it without a transpose)."""
+    """Stacked key/value cache in the params dtype: keys (L, B, num_kv_heads, head_dim, S),
+    values (L, B, num_kv_heads, S, head_dim).
+
+    Heads come before slots and keys keep their slots last, so both attention products
+    are plain matmuls over the cache as it lies (contracting the keys' head_dim as their
+    minor axis ran ~10x slower on XLA:CPU at 2k slots).
+    """
 
     k: jax.Array
     v: jax.Array
+
+
+KEY_SLOTS, VALUE_SLOTS = -1, -2  # The slot axis of a KVCache's keys and values.
 
 
 def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -288,7 +296,8 @@ def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax
 
     Args:
       q: (B, T, H, hd) queries.
-      blocks: (k, v) pairs, each (B, K, S_i, hd) with H a multiple of K.
+      blocks: (k, v) pairs, keys (B, K, hd, S_i) and values (B, K, S_i, hd) (the
+        ``KVCache`` layout), with H a multiple of K.
       mask: (B, T, sum S_i) bool, True where a query may attend to a key.
 
     Returns:
@@ -296,9 +305,9 @@ def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax
     """
     B, T, H, hd = q.shape
     K = blocks[0][0].shape[1]
-    q = q.reshape(B, T, K, H // K, hd)
+    q = jnp.moveaxis(q.reshape(B, T, K, H // K, hd), 1, 3)  # (B, K, G, T, hd)
     scores = jnp.concatenate(
-        [jnp.einsum("btkgh,bksh->bkgts", q, k, preferred_element_type=F32) for k, _ in blocks],
+        [jnp.einsum("bkgth,bkhs->bkgts", q, k, preferred_element_type=F32) for k, _ in blocks],
         axis=-1) / math.sqrt(hd)
     scores = jnp.where(mask[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1)
@@ -310,20 +319,20 @@ def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax
     return jnp.moveaxis(out.astype(blocks[0][1].dtype), 3, 1).reshape(B, T, H * hd)
 
 
-def heads_major(x: jax.Array) -> jax.Array:
-    """(B, T, K, hd) -> (B, K, T, hd), the cache's layout."""
-    return jnp.swapaxes(x, 1, 2)
+def cache_layout(k: jax.Array, v: jax.Array) -> KVCache:
+    """New keys and values (B, T, K, hd) in the cache's layout (see ``KVCache``)."""
+    return KVCache(jnp.moveaxis(k, 1, -1), jnp.swapaxes(v, 1, 2))
 
 
 def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
            rope: tuple[jax.Array, jax.Array], masks: tuple[jax.Array, jax.Array],
            prefix: KVCache | None) -> tuple[jax.Array, KVCache]:
     """One decoder layer over new tokens attending to a read-only cached ``prefix`` (this
-    layer's (B, K, S, hd) keys/values, or None) and to themselves.
+    layer's keys/values, or None) and to themselves.
 
     ``masks`` are (prefix mask (B, T, S), new-token mask (B, T, T)). Returns the new hidden
-    states and the new tokens' keys/values (B, K, T, hd), which the caller writes to the
-    cache after the layer scan (so the cache is never copied inside it).
+    states and the new tokens' keys/values (``cache_layout``), which the caller writes to
+    the cache after the layer scan (so the cache is never copied inside it).
     """
     c = config
     B, T, _ = h.shape
@@ -336,7 +345,7 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
         q = rms_norm(q, attn["q_norm"]["scale"], attn_deltas["q_norm"]["scale"], c.rms_norm_eps)
         k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    new = KVCache(heads_major(k), heads_major(v))
+    new = cache_layout(k, v)
     if prefix is None:
         attended = attention(q, [new], masks[1])
     else:
@@ -353,10 +362,11 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     """Writes new keys/values (B, T, K, hd) into layer ``index`` of the cache, then attends
     (B, T, H*hd) with ``mask`` (B, T, S) (the hybrid models' path, whose recurrent layers
     need the cache in the scan's carry anyway)."""
-    start = (index, 0, 0, write_index, 0)
-    cache = KVCache(*(jax.lax.dynamic_update_slice(full, heads_major(new)[None].astype(full.dtype),
-                                                   start)
-                      for full, new in ((cache.k, k), (cache.v, v))))
+    new = cache_layout(k, v)
+    cache = KVCache(jax.lax.dynamic_update_slice(cache.k, new.k[None].astype(cache.k.dtype),
+                                                 (index, 0, 0, 0, write_index)),
+                    jax.lax.dynamic_update_slice(cache.v, new.v[None].astype(cache.v.dtype),
+                                                 (index, 0, 0, write_index, 0)))
     return attention(q, [KVCache(cache.k[index], cache.v[index])], mask), cache
 
 
@@ -418,23 +428,24 @@ def forward(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Arr
         body = jax.checkpoint(body)
     h, new = jax.lax.scan(body, h, (params["layers"], factors["layers"], cache))
     if cache is not None:
-        cache = KVCache(*(write_slots(full, written, token_mask, write_index)
-                          for full, written in zip(cache, new)))
+        cache = KVCache(*(write_slots(full, written, token_mask, write_index, axis)
+                          for full, written, axis in zip(cache, new, (KEY_SLOTS, VALUE_SLOTS))))
     h = rms_norm(h, params["final_norm"]["scale"], rows(factors["final_norm"]["scale"], members),
                  config.rms_norm_eps)
     return h, cache
 
 
 def write_slots(full: jax.Array, new: jax.Array, token_mask: jax.Array,
-                write_index: jax.Array) -> jax.Array:
-    """Every layer's new keys or values (L, B, K, T, hd) written in place into the cache
-    (L, B, K, S, hd) from slot ``write_index`` where ``token_mask`` (B, T) marks them real
-    (a padded slot keeps what it held: a row's cached prefix may sit there)."""
-    real = token_mask[None, :, None, :, None]
-    start = (0, 0, 0, write_index, 0)
-    held = jax.lax.dynamic_slice(full, start, new.shape)
-    return jax.lax.dynamic_update_slice(full, jnp.where(real, new.astype(full.dtype), held),
-                                        start)
+                write_index: jax.Array, slot_axis: int) -> jax.Array:
+    """Every layer's new keys or values (stacked like the cache, T slots) written in place
+    into the cache (S slots on ``slot_axis``) from slot ``write_index`` where
+    ``token_mask`` (B, T) marks them real (a padded slot keeps what it held: a row's
+    cached prefix may sit there)."""
+    slot_axis %= full.ndim
+    real = jnp.expand_dims(token_mask, [a for a in range(full.ndim) if a not in (1, slot_axis)])
+    held = jax.lax.dynamic_slice_in_dim(full, write_index, new.shape[slot_axis], slot_axis)
+    return jax.lax.dynamic_update_slice_in_dim(
+        full, jnp.where(real, new.astype(full.dtype), held), write_index, slot_axis)
 
 
 def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.Array:
@@ -469,8 +480,9 @@ def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> Any
 def empty_kv_cache(config: ModelConfig, layers: int, batch: int, length: int,
                    dtype: Any) -> KVCache:
     """A zero KV cache of ``layers`` attention layers with ``length`` slots."""
-    shape = (layers, batch, config.num_kv_heads, length, config.head_dim)
-    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+    heads = (layers, batch, config.num_kv_heads)
+    return KVCache(jnp.zeros((*heads, config.head_dim, length), dtype),
+                   jnp.zeros((*heads, length, config.head_dim), dtype))
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

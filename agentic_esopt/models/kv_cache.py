@@ -8,7 +8,7 @@ prompt normally extends the last one by the reply and the new observation). A pr
 does not extend the cached one (history trimming, a new episode) keeps what still matches,
 down to nothing.
 
-Layout: one device cache (L, B, K, S, hd) per batch of rows. Every call writes its new
+Layout: one device cache (``decoder.KVCache``, S slots) per batch of rows. Every call writes its new
 tokens (a left-padded chunk, then the decoded tokens) at the same columns of every row,
 from the first column not written yet, so a row's tokens may have gaps: the host-side
 ``slots`` (B, S) array records which token sits in each slot (-1: none), and is the
@@ -112,7 +112,7 @@ class _Rows:
     keys: list[Hashable]
     slots: np.ndarray  # (B, S) token id in each slot, EMPTY where none.
     end: int  # First column no call has written since the last relayout.
-    kv: Any  # decoder.KVCache (L, B, K, S, hd), or qwen3_5.HybridCache.
+    kv: Any  # decoder.KVCache, or qwen3_5.HybridCache.
     mesh: Mesh | None  # Where ``kv`` is sharded (``cache_shardings``), if anywhere.
 
     def held(self, row: int) -> np.ndarray:
@@ -275,10 +275,14 @@ def _empty(config: ModelConfig, batch: int, length: int, dtype: Any, mesh: Mesh 
 @functools.partial(jax.jit, static_argnames=("mesh",))
 def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
             mesh: Mesh | None) -> decoder.KVCache:
-    """Rows ``sources`` (B',) of a cache, each reordered to ``columns`` (B', S') slots."""
+    """Rows ``sources`` (B',) of a cache, each's slots reordered to ``columns`` (B', S')."""
 
-    def take(x):  # (L, B, K, S, hd)
+    def take(x, slot_axis):  # (L, B, ...) with slots on slot_axis.
         x = jnp.take(x, sources, axis=1)
-        return jnp.take_along_axis(x, columns[None, :, None, :, None], axis=3)
+        slot_axis %= x.ndim
+        return jnp.take_along_axis(
+            x, jnp.expand_dims(columns, [a for a in range(x.ndim) if a not in (1, slot_axis)]),
+            axis=slot_axis)
 
-    return constrain_cache(decoder.KVCache(take(kv.k), take(kv.v)), mesh)
+    return constrain_cache(decoder.KVCache(take(kv.k, decoder.KEY_SLOTS),
+                                           take(kv.v, decoder.VALUE_SLOTS)), mesh)
