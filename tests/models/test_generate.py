@@ -210,3 +210,12 @@ def test_bucket_sizes():
     assert [sampling.bucket(n) for n in (1, 2, 3, 5, 7, 9, 13, 17, 25, 33, 49)] == [
         1, 2, 3, 6, 8, 12, 16, 24, 32, 48, 64]
     assert sampling.bucket(3, minimum=16) == 16
+
+
+def test_first_max_index_is_argmax_with_ties_to_the_first():
+    logits = np.random.RandomState(0).randint(0, 4, (64, 300)).astype(np.float32)  # Many ties.
+    logits[1, :] = -np.inf
+    np.testing.assert_array_equal(sampling.first_max_index(jax.numpy.asarray(logits)),
+                                  np.argmax(logits, axis=-1))
+    logits[2, 5] = np.nan
+    assert 0 <= int(sampling.first_max_index(jax.numpy.asarray(logits))[2]) < 300
