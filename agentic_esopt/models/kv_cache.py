@@ -8,16 +8,15 @@ prompt normally extends the last one by the reply and the new observation). A pr
 does not extend the cached one (history trimming, a new episode) keeps what still matches,
 down to nothing.
 
-Layout: one device cache (``decoder.KVCache``, S slots) per batch of rows. Every call writes its new
-tokens (a left-padded chunk, then the decoded tokens) at the same columns of every row,
-from the first column not written yet, so a row's tokens may have gaps: the host-side
-``slots`` (B, S) array records which token sits in each slot (-1: none), and is the
-attention mask. When the columns run out, a row set changes or the batch's size bucket
-shrinks (finished episodes), the cache is *relaid*: one gather moves the kept tokens of
-the called rows into a fresh cache sized for the call, each row's kept prefix right before
-the slots of its new tokens. Hybrid (Qwen3.5) models
-keep recurrent states that cannot be rolled back to a prefix, so they re-prefill every
-call.
+Layout: one device cache (``decoder.KVCache``, S slots) per batch of rows. Every call
+writes its new tokens (a left-padded chunk, then the decoded tokens) at the same columns of
+every row, from the first column not written yet, so a row's tokens may have gaps: the
+host-side ``slots`` (B, S) array records which token sits in each slot (-1: none), and is
+the attention mask. When the columns run out, a row set changes or the batch's size
+bucket shrinks (finished episodes), the cache is *relaid*: one gather moves the kept
+tokens of the called rows into a fresh cache sized for the call, each row's kept prefix
+right before the slots of its new tokens. Hybrid (Qwen3.5) models keep recurrent states
+that cannot be rolled back to a prefix, so they re-prefill every call.
 """
 
 from __future__ import annotations
@@ -280,9 +279,8 @@ def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
     def take(x, slot_axis):  # (L, B, ...) with slots on slot_axis.
         x = jnp.take(x, sources, axis=1)
         slot_axis %= x.ndim
-        return jnp.take_along_axis(
-            x, jnp.expand_dims(columns, [a for a in range(x.ndim) if a not in (1, slot_axis)]),
-            axis=slot_axis)
+        return jnp.take_along_axis(x, decoder.rows_and_slots(columns, x.ndim, slot_axis),
+                                   axis=slot_axis)
 
     return constrain_cache(decoder.KVCache(take(kv.k, decoder.KEY_SLOTS),
                                            take(kv.v, decoder.VALUE_SLOTS)), mesh)
