@@ -146,8 +146,7 @@ def token_logprobs(config: ModelConfig, params: PyTree, tokens: jax.Array,
     h = decoder.hidden_states(config, params, decoder.no_deltas(params), tokens,
                               attention_mask, remat)[:, -window - 1:-1]
     logits = decoder.lm_head(config, params, decoder.no_deltas(params), h)
-    logprobs = jax.nn.log_softmax(logits / temperature)
-    return jnp.take_along_axis(logprobs, tokens[:, -window:, None], axis=-1)[..., 0]
+    return sampling.logprobs_at(logits, tokens[:, -window:], temperature)
 
 
 def grpo_loss(params: PyTree, config: ModelConfig, hyper: Hyper, batch: Batch,

@@ -219,3 +219,15 @@ def test_first_max_index_is_argmax_with_ties_to_the_first():
                                   np.argmax(logits, axis=-1))
     logits[2, 5] = np.nan
     assert 0 <= int(sampling.first_max_index(jax.numpy.asarray(logits))[2]) < 300
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_at_are_log_softmax_at_the_tokens(temperature):
+    rng = np.random.RandomState(0)
+    logits = rng.normal(0, 5, (3, 4, 300)).astype(np.float32)
+    tokens = rng.randint(0, 300, (3, 4))
+    expected = np.take_along_axis(
+        jax.nn.log_softmax(logits / temperature), tokens[..., None], axis=-1)[..., 0]
+    np.testing.assert_allclose(
+        sampling.logprobs_at(jax.numpy.asarray(logits), jax.numpy.asarray(tokens),
+                             temperature), expected, rtol=1e-6, atol=1e-5)
