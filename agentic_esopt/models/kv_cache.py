@@ -274,13 +274,24 @@ def _empty(config: ModelConfig, batch: int, length: int, dtype: Any, mesh: Mesh 
 @functools.partial(jax.jit, static_argnames=("mesh",))
 def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
             mesh: Mesh | None) -> decoder.KVCache:
-    """Rows ``sources`` (B',) of a cache, each's slots reordered to ``columns`` (B', S')."""
+    """Rows ``sources`` (B',) of a cache, each's slots reordered to ``columns`` (B', S').
+
+    One new row at a time, written in place: taking all rows and then all their slots as
+    two whole-cache gathers ran ~4x slower on XLA:CPU (7.5 vs 1.8 s for 64 rows of 2,048
+    SmolLM2 slots) and held an extra copy of the cache.
+    """
 
     def take(x, slot_axis):  # (L, B, ...) with slots on slot_axis.
-        x = jnp.take(x, sources, axis=1)
         slot_axis %= x.ndim
-        return jnp.take_along_axis(x, decoder.rows_and_slots(columns, x.ndim, slot_axis),
-                                   axis=slot_axis)
+        shape = list(x.shape)
+        shape[1], shape[slot_axis] = columns.shape
+
+        def write_row(row, out):
+            held = jax.lax.dynamic_index_in_dim(x, sources[row], axis=1)
+            return jax.lax.dynamic_update_index_in_dim(
+                out, jnp.take(held, columns[row], axis=slot_axis), row, axis=1)
+
+        return jax.lax.fori_loop(0, columns.shape[0], write_row, jnp.zeros(shape, x.dtype))
 
     return constrain_cache(decoder.KVCache(take(kv.k, decoder.KEY_SLOTS),
                                            take(kv.v, decoder.VALUE_SLOTS)), mesh)
