@@ -228,6 +228,9 @@ class ConversationCache:
             if old is not None:
                 old.kv = None  # Freed before the new cache is allocated.
             kv = _empty(config, batch, length, dtype, mesh)
+        elif old.slots.shape == (batch, length) and all(
+                index[key] == row for row, (key, k) in enumerate(zip(keys, kept)) if k):
+            kv, old.kv = _compact(old.kv, jnp.asarray(columns), mesh), None
         else:
             kv = _gather(old.kv, jnp.asarray(sources), jnp.asarray(columns), mesh)
         return _Rows(list(keys), slots, 0, kv, mesh)
@@ -271,27 +274,51 @@ def _empty(config: ModelConfig, batch: int, length: int, dtype: Any, mesh: Mesh 
     return constrain_cache(decoder.empty_cache(config, batch, length, dtype), mesh)
 
 
-@functools.partial(jax.jit, static_argnames=("mesh",))
-def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
-            mesh: Mesh | None) -> decoder.KVCache:
-    """Rows ``sources`` (B',) of a cache, each's slots reordered to ``columns`` (B', S').
+def _move_rows(old: decoder.KVCache | None, new: decoder.KVCache, sources: jax.Array,
+               columns: jax.Array) -> decoder.KVCache:
+    """``new`` with each row r set to row ``sources[r]`` of ``old`` (None: of ``new`` as it
+    stands when row r is written), its slots reordered to ``columns[r]``.
 
-    One new row at a time, written in place: taking all rows and then all their slots as
-    two whole-cache gathers ran ~4x slower on XLA:CPU (7.5 vs 1.8 s for 64 rows of 2,048
+    One row at a time, written in place: taking all rows and then all their slots as two
+    whole-cache gathers ran ~4x slower on XLA:CPU (7.5 vs 1.8 s for 64 rows of 2,048
     SmolLM2 slots) and held an extra copy of the cache.
     """
 
-    def take(x, slot_axis):  # (L, B, ...) with slots on slot_axis.
-        slot_axis %= x.ndim
-        shape = list(x.shape)
-        shape[1], shape[slot_axis] = columns.shape
+    def move(old_x, new_x, slot_axis):  # (L, B, ...) with slots on slot_axis.
+        slot_axis %= new_x.ndim
 
         def write_row(row, out):
-            held = jax.lax.dynamic_index_in_dim(x, sources[row], axis=1)
+            held = jax.lax.dynamic_index_in_dim(out if old_x is None else old_x, sources[row],
+                                                axis=1)
             return jax.lax.dynamic_update_index_in_dim(
                 out, jnp.take(held, columns[row], axis=slot_axis), row, axis=1)
 
-        return jax.lax.fori_loop(0, columns.shape[0], write_row, jnp.zeros(shape, x.dtype))
+        return jax.lax.fori_loop(0, columns.shape[0], write_row, new_x)
 
-    return constrain_cache(decoder.KVCache(take(kv.k, decoder.KEY_SLOTS),
-                                           take(kv.v, decoder.VALUE_SLOTS)), mesh)
+    olds = (None, None) if old is None else old
+    return decoder.KVCache(*(move(old_x, new_x, axis) for old_x, new_x, axis in
+                             zip(olds, new, (decoder.KEY_SLOTS, decoder.VALUE_SLOTS))))
+
+
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
+            mesh: Mesh | None) -> decoder.KVCache:
+    """Rows ``sources`` (B',) of a cache, each's slots reordered to ``columns`` (B', S'), in
+    a fresh cache."""
+
+    def fresh(x, slot_axis):
+        shape = list(x.shape)
+        shape[1], shape[slot_axis % x.ndim] = columns.shape
+        return jnp.zeros(shape, x.dtype)
+
+    new = decoder.KVCache(fresh(kv.k, decoder.KEY_SLOTS), fresh(kv.v, decoder.VALUE_SLOTS))
+    return constrain_cache(_move_rows(kv, new, sources, columns), mesh)
+
+
+@functools.partial(jax.jit, static_argnames=("mesh",), donate_argnames=("kv",))
+def _compact(kv: decoder.KVCache, columns: jax.Array, mesh: Mesh | None) -> decoder.KVCache:
+    """Each row's slots reordered to ``columns`` (B, S) in place: a relayout that keeps the
+    rows and the cache's shape allocates nothing (a fresh 6 GB cache took seconds just to
+    be zeroed, page by page, at the end of a 64-row, 30-turn rollout)."""
+    rows = jnp.arange(columns.shape[0])
+    return constrain_cache(_move_rows(None, kv, rows, columns), mesh)
