@@ -13,9 +13,9 @@ writes its new tokens (a left-padded chunk, then the decoded tokens) at the same
 every row, from the first column not written yet, so a row's tokens may have gaps: the
 host-side ``slots`` (B, S) array records which token sits in each slot (-1: none), and is
 the attention mask. When the columns run out, a row set changes or the batch's size
-bucket shrinks (finished episodes), the cache is *relaid*: one gather moves the kept
-tokens of the called rows into a fresh cache sized for the call, each row's kept prefix
-right before the slots of its new tokens. Hybrid (Qwen3.5) models keep recurrent states
+bucket shrinks (finished episodes), the cache is *relaid*: the kept tokens of the called
+rows move into a cache sized for the call, each row's kept prefix right before the slots
+of its new tokens (in place when the rows and the cache's shape stay the same). Hybrid (Qwen3.5) models keep recurrent states
 that cannot be rolled back to a prefix, so they re-prefill every call.
 """
 
