@@ -442,16 +442,10 @@ def write_slots(full: jax.Array, new: jax.Array, token_mask: jax.Array,
     ``token_mask`` (B, T) marks them real (a padded slot keeps what it held: a row's
     cached prefix may sit there)."""
     slot_axis %= full.ndim
-    real = rows_and_slots(token_mask, full.ndim, slot_axis)
+    real = jnp.expand_dims(token_mask, [a for a in range(full.ndim) if a not in (1, slot_axis)])
     held = jax.lax.dynamic_slice_in_dim(full, write_index, new.shape[slot_axis], slot_axis)
     return jax.lax.dynamic_update_slice_in_dim(
         full, jnp.where(real, new.astype(full.dtype), held), write_index, slot_axis)
-
-
-def rows_and_slots(x: jax.Array, ndim: int, slot_axis: int) -> jax.Array:
-    """A (B, S) array shaped to broadcast against a cache leaf of ``ndim`` axes whose rows
-    are axis 1 and slots ``slot_axis`` (non-negative)."""
-    return jnp.expand_dims(x, [a for a in range(ndim) if a not in (1, slot_axis)])
 
 
 def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.Array:
