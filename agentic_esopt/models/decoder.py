@@ -45,19 +45,26 @@ _MASKED = float(np.finfo(np.float32).min)
 
 
 class KVCache(NamedTuple):
-    """Stacked key/value cache in the params dtype: keys (L, B, num_kv_heads, head_dim, S),
-    values (L, B, num_kv_heads, S, head_dim).
+    """Key/value cache in the params dtype, one buffer per layer: keys[l]
+    (B, num_kv_heads, head_dim, S), values[l] (B, num_kv_heads, S, head_dim) (the hybrid
+    models' cache stacks its attention layers instead: (L, B, ...), see ``qwen3_5``).
 
     Heads come before slots and keys keep their slots last, so both attention products
     are plain matmuls over the cache as it lies (contracting the keys' head_dim as their
-    minor axis ran ~10x slower on XLA:CPU at 2k slots).
+    minor axis ran ~10x slower on XLA:CPU at 2k slots). A buffer per layer lets the layer
+    scan read each in place (``attend_cached``).
     """
 
-    k: jax.Array
-    v: jax.Array
+    k: tuple[jax.Array, ...] | jax.Array
+    v: tuple[jax.Array, ...] | jax.Array
 
 
 KEY_SLOTS, VALUE_SLOTS = -1, -2  # The slot axis of a KVCache's keys and values.
+
+
+def slot_axes(cache: KVCache) -> KVCache:
+    """The slot axis of each of a cache's buffers (a tree like ``cache``)."""
+    return KVCache((KEY_SLOTS,) * len(cache.k), (VALUE_SLOTS,) * len(cache.v))
 
 
 def param_shapes(config: ModelConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
@@ -326,9 +333,9 @@ def cache_layout(k: jax.Array, v: jax.Array) -> KVCache:
 
 def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
            rope: tuple[jax.Array, jax.Array], masks: tuple[jax.Array, jax.Array],
-           prefix: KVCache | None) -> tuple[jax.Array, KVCache]:
-    """One decoder layer over new tokens attending to a read-only cached ``prefix`` (this
-    layer's keys/values, or None) and to themselves.
+           cache: KVCache | None, index: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Decoder layer ``index`` over new tokens attending to its read-only ``cache`` buffers
+    (or no cache: None) and to themselves.
 
     ``masks`` are (prefix mask (B, T, S), new-token mask (B, T, T)). Returns the new hidden
     states and the new tokens' keys/values (``cache_layout``), which the caller writes to
@@ -346,22 +353,38 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
         k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     new = cache_layout(k, v)
-    if prefix is None:
+    if cache is None:
         attended = attention(q, [new], masks[1])
     else:
-        attended = attention(q, [prefix, new], jnp.concatenate(masks, axis=-1))
+        attended = attend_cached(q, new, jnp.concatenate(masks, axis=-1), cache, index)
     h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
     x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
                  c.rms_norm_eps)
     return h + mlp(x, layer["mlp"], deltas["mlp"]), new
 
 
+def attend_cached(q: jax.Array, new: KVCache, mask: jax.Array, cache: KVCache,
+                  index: jax.Array) -> jax.Array:
+    """``attention`` over layer ``index``'s cache buffers and the new tokens' keys/values.
+
+    A switch over the layers whose branch l reads buffer l where it lies: a layer scan's
+    dynamic slice of a stacked cache is copied by XLA:CPU before the matmuls read it, which
+    made a batch-64 decode step at 2,048 slots take 2x as long.
+    """
+
+    def attend_layer(layer, q, new, mask, cache):
+        return attention(q, [KVCache(cache.k[layer], cache.v[layer]), new], mask)
+
+    return jax.lax.switch(index, [functools.partial(attend_layer, layer)
+                                  for layer in range(len(cache.k))], q, new, mask, cache)
+
+
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                      cache: KVCache, index: jax.Array, write_index: jax.Array
                      ) -> tuple[jax.Array, KVCache]:
     """Writes new keys/values (B, T, K, hd) into layer ``index`` of the cache, then attends
-    (B, T, H*hd) with ``mask`` (B, T, S) (the hybrid models' path, whose recurrent layers
-    need the cache in the scan's carry anyway)."""
+    (B, T, H*hd) with ``mask`` (B, T, S) (the hybrid models' path: their stacked cache
+    (L, B, ...) rides in the layer scan's carry with the recurrent states)."""
     new = cache_layout(k, v)
     cache = KVCache(jax.lax.dynamic_update_slice(cache.k, new.k[None].astype(cache.k.dtype),
                                                  (index, 0, 0, 0, write_index)),
@@ -421,15 +444,17 @@ def forward(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Arr
     rope = rope_tables(config, positions, h.dtype)
 
     def body(h, xs):
-        layer, layer_factors, prefix = xs
-        return _layer(config, h, layer, rows(layer_factors, members), rope, masks, prefix)
+        layer, layer_factors, index = xs
+        return _layer(config, h, layer, rows(layer_factors, members), rope, masks, cache, index)
 
     if remat:
         body = jax.checkpoint(body)
-    h, new = jax.lax.scan(body, h, (params["layers"], factors["layers"], cache))
+    xs = (params["layers"], factors["layers"], jnp.arange(config.num_layers))
+    h, new = jax.lax.scan(body, h, xs)
     if cache is not None:
-        cache = KVCache(*(write_slots(full, written, token_mask, write_index, axis)
-                          for full, written, axis in zip(cache, new, (KEY_SLOTS, VALUE_SLOTS))))
+        cache = jax.tree.map(
+            lambda full, written, axis: write_slots(full, written, token_mask, write_index, axis),
+            cache, KVCache(*(tuple(x) for x in new)), slot_axes(cache))
     h = rms_norm(h, params["final_norm"]["scale"], rows(factors["final_norm"]["scale"], members),
                  config.rms_norm_eps)
     return h, cache
@@ -437,12 +462,12 @@ def forward(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Arr
 
 def write_slots(full: jax.Array, new: jax.Array, token_mask: jax.Array,
                 write_index: jax.Array, slot_axis: int) -> jax.Array:
-    """Every layer's new keys or values (stacked like the cache, T slots) written in place
-    into the cache (S slots on ``slot_axis``) from slot ``write_index`` where
+    """A layer's new keys or values (laid out like its cache buffer, T slots) written in
+    place into the buffer (S slots on ``slot_axis``) from slot ``write_index`` where
     ``token_mask`` (B, T) marks them real (a padded slot keeps what it held: a row's
     cached prefix may sit there)."""
     slot_axis %= full.ndim
-    real = jnp.expand_dims(token_mask, [a for a in range(full.ndim) if a not in (1, slot_axis)])
+    real = jnp.expand_dims(token_mask, [a for a in range(full.ndim) if a not in (0, slot_axis)])
     held = jax.lax.dynamic_slice_in_dim(full, write_index, new.shape[slot_axis], slot_axis)
     return jax.lax.dynamic_update_slice_in_dim(
         full, jnp.where(real, new.astype(full.dtype), held), write_index, slot_axis)
@@ -480,9 +505,11 @@ def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> Any
 def empty_kv_cache(config: ModelConfig, layers: int, batch: int, length: int,
                    dtype: Any) -> KVCache:
     """A zero KV cache of ``layers`` attention layers with ``length`` slots."""
-    heads = (layers, batch, config.num_kv_heads)
-    return KVCache(jnp.zeros((*heads, config.head_dim, length), dtype),
-                   jnp.zeros((*heads, length, config.head_dim), dtype))
+    heads = (batch, config.num_kv_heads)
+    return KVCache(tuple(jnp.zeros((*heads, config.head_dim, length), dtype)
+                         for _ in range(layers)),
+                   tuple(jnp.zeros((*heads, length, config.head_dim), dtype)
+                         for _ in range(layers)))
 
 
 def positions_from_mask(attention_mask: jax.Array) -> jax.Array:

@@ -65,14 +65,16 @@ def rows_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
 
 
 def cache_shardings(mesh: Mesh, cache: Any) -> Any:
-    """Shardings of a cache's leaves (L, B, ...): rows over ``data``; the heads of 5-d
-    leaves ((L, B, heads, ...): keys, values, recurrent states) over ``model`` where the
-    axis divides them (else replicated over it)."""
+    """Shardings of a cache's leaves: rows over ``data``; the heads of keys, values and
+    recurrent states over ``model`` where the axis divides them (else replicated over it).
+    A ``decoder.KVCache``'s buffers are (B, heads, ...); a hybrid cache stacks its layers
+    first, (L, B, ...) (its conv states have no heads axis)."""
+    rows_axis = 0 if isinstance(cache, decoder.KVCache) else 1
 
     def spec(leaf):
-        heads = leaf.ndim == 5 and leaf.shape[2] % mesh.shape[MODEL] == 0
-        return NamedSharding(mesh, P(None, DATA, *((MODEL,) if heads else ()),
-                                     *(None,) * (leaf.ndim - 2 - heads)))
+        heads = leaf.ndim == rows_axis + 4 and leaf.shape[rows_axis + 1] % mesh.shape[MODEL] == 0
+        return NamedSharding(mesh, P(*(None,) * rows_axis, DATA, *((MODEL,) if heads else ()),
+                                     *(None,) * (leaf.ndim - rows_axis - 1 - heads)))
 
     return jax.tree.map(spec, cache)
 
@@ -285,20 +287,15 @@ def _move_rows(old: decoder.KVCache | None, new: decoder.KVCache, sources: jax.A
     SmolLM2 slots) and held an extra copy of the cache.
     """
 
-    def move(old_x, new_x, slot_axis):  # (L, B, ...) with slots on slot_axis.
-        slot_axis %= new_x.ndim
-
-        def write_row(row, out):
-            held = jax.lax.dynamic_index_in_dim(out if old_x is None else old_x, sources[row],
-                                                axis=1)
+    def write_row(row, out):
+        def move(out_x, held_x, slot_axis):  # Buffers (B, ...), slots on slot_axis.
+            held = jax.lax.dynamic_index_in_dim(held_x, sources[row], axis=0)
             return jax.lax.dynamic_update_index_in_dim(
-                out, jnp.take(held, columns[row], axis=slot_axis), row, axis=1)
+                out_x, jnp.take(held, columns[row], axis=slot_axis), row, axis=0)
 
-        return jax.lax.fori_loop(0, columns.shape[0], write_row, new_x)
+        return jax.tree.map(move, out, out if old is None else old, decoder.slot_axes(out))
 
-    olds = (None, None) if old is None else old
-    return decoder.KVCache(*(move(old_x, new_x, axis) for old_x, new_x, axis in
-                             zip(olds, new, (decoder.KEY_SLOTS, decoder.VALUE_SLOTS))))
+    return jax.lax.fori_loop(0, columns.shape[0], write_row, new)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh",))
@@ -309,10 +306,10 @@ def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
 
     def fresh(x, slot_axis):
         shape = list(x.shape)
-        shape[1], shape[slot_axis % x.ndim] = columns.shape
+        shape[0], shape[slot_axis] = columns.shape
         return jnp.zeros(shape, x.dtype)
 
-    new = decoder.KVCache(fresh(kv.k, decoder.KEY_SLOTS), fresh(kv.v, decoder.VALUE_SLOTS))
+    new = jax.tree.map(fresh, kv, decoder.slot_axes(kv))
     return constrain_cache(_move_rows(kv, new, sources, columns), mesh)
 
 

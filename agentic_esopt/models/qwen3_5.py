@@ -39,7 +39,8 @@ class HybridCache(NamedTuple):
     """Generation state of a hybrid model.
 
     Attributes:
-      kv: KV cache of the full-attention layers, each (L_attn, B, K, S, head_dim).
+      kv: keys (L_attn, B, K, head_dim, S) and values (L_attn, B, K, S, head_dim) of the
+        full-attention layers, stacked (they ride in the layer scan's carry).
       conv: (L_lin, B, conv_kernel - 1, conv_dim) last inputs of each depthwise conv.
       recurrent: (L_lin, B, value_heads, key_head_dim, value_head_dim) float32 states.
     """
@@ -52,8 +53,8 @@ class HybridCache(NamedTuple):
 def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> HybridCache:
     """A zero cache with ``length`` attention slots."""
     la, n_lin = config.linear_attention, len(config.stacked_layers("linear_attn"))
-    kv = decoder.empty_kv_cache(config, len(config.stacked_layers("attn")), batch, length,
-                                dtype)
+    kv = decoder.KVCache(*(jnp.stack(buffers) for buffers in decoder.empty_kv_cache(
+        config, len(config.stacked_layers("attn")), batch, length, dtype)))
     conv = jnp.zeros((n_lin, batch, la.conv_kernel - 1, la.conv_dim), dtype)
     recurrent = jnp.zeros((n_lin, batch, la.num_value_heads, la.key_head_dim,
                            la.value_head_dim), F32)

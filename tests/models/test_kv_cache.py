@@ -154,8 +154,8 @@ def test_common_prefix():
 def test_relayouts_move_each_row_and_its_slots():
     rng = np.random.RandomState(0)
     keys, values = rng.normal(size=(2, 5, 3, 4, 7)), rng.normal(size=(2, 5, 3, 7, 4))
-    cache = models.decoder.KVCache(jax.numpy.asarray(keys, np.float32),
-                                   jax.numpy.asarray(values, np.float32))
+    cache = models.decoder.KVCache(tuple(jax.numpy.asarray(keys, np.float32)),
+                                   tuple(jax.numpy.asarray(values, np.float32)))
 
     def expected(sources, columns):
         return (np.stack([keys[:, s][..., c] for s, c in zip(sources, columns)], axis=1),
@@ -165,8 +165,8 @@ def test_relayouts_move_each_row_and_its_slots():
     for got, want in zip(kv_cache._gather(cache, jax.numpy.asarray(sources),
                                           jax.numpy.asarray(columns), None),
                          expected(sources, columns)):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        np.testing.assert_allclose(np.stack(got), want, rtol=1e-6)
     columns = rng.randint(0, 7, (5, 7))  # Same rows, same shape: in place.
     for got, want in zip(kv_cache._compact(cache, jax.numpy.asarray(columns), None),
                          expected(range(5), columns)):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        np.testing.assert_allclose(np.stack(got), want, rtol=1e-6)

@@ -45,6 +45,7 @@ def test_sharded_generation_equals_unsharded(model, data, model_axis, preset):
         model, temperature=1.0, key=jax.random.key(2))
     kv, = [rows.kv for rows in cache._parts.values()]  # pylint: disable=protected-access
     heads = "model" if model.config.num_kv_heads % model_axis == 0 else None
-    expected = NamedSharding(layout.mesh, P(None, "data", heads, None, None))
-    assert kv.k.sharding.is_equivalent_to(expected, kv.k.ndim)
-    assert kv.k.shape[1] % data == 0  # Batch rows padded to split evenly over data.
+    expected = NamedSharding(layout.mesh, P("data", heads, None, None))
+    for buffer in (*kv.k, *kv.v):  # One per layer.
+        assert buffer.sharding.is_equivalent_to(expected, buffer.ndim)
+    assert kv.k[0].shape[0] % data == 0  # Batch rows padded to split evenly over data.
