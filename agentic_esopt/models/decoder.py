@@ -52,7 +52,7 @@ class KVCache(NamedTuple):
     Heads come before slots and keys keep their slots last, so both attention products
     are plain matmuls over the cache as it lies (contracting the keys' head_dim as their
     minor axis ran ~10x slower on XLA:CPU at 2k slots). A buffer per layer lets the layer
-    scan read each in place (``attend_cached``).
+    scan read each in place (``LayerOf``).
     """
 
     k: tuple[jax.Array, ...] | jax.Array
@@ -294,8 +294,35 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return jnp.concatenate([x * cos + rotated * sin, rest], axis=-1)
 
 
-def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax.Array
-              ) -> jax.Array:
+class LayerOf(NamedTuple):
+    """Buffer ``index`` of a per-layer cache's ``buffers``, which attention reads where it
+    lies: each product with it is a switch over the layers whose branch l is one matmul
+    with buffer l (XLA:CPU copies a layer scan's dynamic slice of a stacked cache before
+    the matmuls read it, which made a batch-64 decode step at 2,048 slots take 2x as
+    long)."""
+
+    buffers: tuple[jax.Array, ...]
+    index: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.buffers[0].shape
+
+    @property
+    def dtype(self) -> Any:
+        return self.buffers[0].dtype
+
+
+def contract(spec: str, x: jax.Array, y: jax.Array | LayerOf) -> jax.Array:
+    """``einsum(spec, x, y)`` accumulated in float32; ``y`` may be a ``LayerOf``."""
+    if isinstance(y, LayerOf):
+        branches = [functools.partial(lambda layer, x, ys: contract(spec, x, ys[layer]), layer)
+                    for layer in range(len(y.buffers))]
+        return jax.lax.switch(y.index, branches, x, y.buffers)
+    return jnp.einsum(spec, x, y, preferred_element_type=F32)
+
+
+def attention(q: jax.Array, blocks: list[tuple[Any, Any]], mask: jax.Array) -> jax.Array:
     """Grouped-query attention over one or more blocks of keys/values.
 
     Keys stay in blocks (e.g. a read-only cache and the new tokens' own keys) so that no
@@ -304,7 +331,7 @@ def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax
     Args:
       q: (B, T, H, hd) queries.
       blocks: (k, v) pairs, keys (B, K, hd, S_i) and values (B, K, S_i, hd) (the
-        ``KVCache`` layout), with H a multiple of K.
+        ``KVCache`` layout; arrays or ``LayerOf``), with H a multiple of K.
       mask: (B, T, sum S_i) bool, True where a query may attend to a key.
 
     Returns:
@@ -313,15 +340,14 @@ def attention(q: jax.Array, blocks: list[tuple[jax.Array, jax.Array]], mask: jax
     B, T, H, hd = q.shape
     K = blocks[0][0].shape[1]
     q = jnp.moveaxis(q.reshape(B, T, K, H // K, hd), 1, 3)  # (B, K, G, T, hd)
-    scores = jnp.concatenate(
-        [jnp.einsum("bkgth,bkhs->bkgts", q, k, preferred_element_type=F32) for k, _ in blocks],
-        axis=-1) / math.sqrt(hd)
+    scores = jnp.concatenate([contract("bkgth,bkhs->bkgts", q, k) for k, _ in blocks],
+                             axis=-1) / math.sqrt(hd)
     scores = jnp.where(mask[:, None, None], scores, _MASKED)
     probs = jax.nn.softmax(scores, axis=-1)
     out, start = 0.0, 0
     for _, v in blocks:
         block_probs = probs[..., start:start + v.shape[2]].astype(v.dtype)
-        out = out + jnp.einsum("bkgts,bksh->bkgth", block_probs, v, preferred_element_type=F32)
+        out = out + contract("bkgts,bksh->bkgth", block_probs, v)
         start += v.shape[2]
     return jnp.moveaxis(out.astype(blocks[0][1].dtype), 3, 1).reshape(B, T, H * hd)
 
@@ -356,27 +382,12 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
     if cache is None:
         attended = attention(q, [new], masks[1])
     else:
-        attended = attend_cached(q, new, jnp.concatenate(masks, axis=-1), cache, index)
+        prefix = KVCache(LayerOf(cache.k, index), LayerOf(cache.v, index))
+        attended = attention(q, [prefix, new], jnp.concatenate(masks, axis=-1))
     h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
     x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
                  c.rms_norm_eps)
     return h + mlp(x, layer["mlp"], deltas["mlp"]), new
-
-
-def attend_cached(q: jax.Array, new: KVCache, mask: jax.Array, cache: KVCache,
-                  index: jax.Array) -> jax.Array:
-    """``attention`` over layer ``index``'s cache buffers and the new tokens' keys/values.
-
-    A switch over the layers whose branch l reads buffer l where it lies: a layer scan's
-    dynamic slice of a stacked cache is copied by XLA:CPU before the matmuls read it, which
-    made a batch-64 decode step at 2,048 slots take 2x as long.
-    """
-
-    def attend_layer(layer, q, new, mask, cache):
-        return attention(q, [KVCache(cache.k[layer], cache.v[layer]), new], mask)
-
-    return jax.lax.switch(index, [functools.partial(attend_layer, layer)
-                                  for layer in range(len(cache.k))], q, new, mask, cache)
 
 
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
