@@ -48,6 +48,7 @@ setup(
             "agentic_esopt[web]",  # the browser tests run in CI
             "nltk>=3.9",  # the WebArena-Lite scoring tests (word tokens without downloads)
             "pytest>=8",
+            "pytest-xdist>=3.5",  # the suite on both of CI's cores (-n 2)
             "hypothesis>=6.100",
             "nbclient>=0.10",
             "nbformat>=5.10",

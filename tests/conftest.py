@@ -1,11 +1,22 @@
-"""Test configuration: 8 fake host CPU devices so sharding runs on one CPU."""
+"""Test configuration: 8 fake host CPU devices so sharding runs on one CPU, and one
+persistent compilation cache for the session."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One compilation cache for the session, set before pytest-xdist starts its workers so
+# that they and the processes tests launch inherit it: a program compiled once is loaded,
+# not recompiled, by later modules (whose in-memory programs are dropped below), workers
+# and launched runs.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="agentic_esopt_jax_")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
 
 # pylint: disable=wrong-import-position  # jax reads JAX_PLATFORMS when imported.
 import jax  # noqa: E402
