@@ -322,17 +322,19 @@ def contract(spec: str, x: jax.Array, y: jax.Array | LayerOf) -> jax.Array:
     return jnp.einsum(spec, x, y, preferred_element_type=F32)
 
 
-def attention(q: jax.Array, blocks: list[tuple[Any, Any]], mask: jax.Array) -> jax.Array:
+def attention(q: jax.Array, blocks: list[tuple[Any, Any, jax.Array]]) -> jax.Array:
     """Grouped-query attention over one or more blocks of keys/values.
 
     Keys stay in blocks (e.g. a read-only cache and the new tokens' own keys) so that no
-    block is copied to join them: scores are computed per block and softmaxed together.
+    block is copied to join them, nor their scores: each block's scores are exponentiated
+    against the maximum over all blocks, and the blocks' weighted values are summed and
+    normalised once.
 
     Args:
       q: (B, T, H, hd) queries.
-      blocks: (k, v) pairs, keys (B, K, hd, S_i) and values (B, K, S_i, hd) (the
-        ``KVCache`` layout; arrays or ``LayerOf``), with H a multiple of K.
-      mask: (B, T, sum S_i) bool, True where a query may attend to a key.
+      blocks: (k, v, mask) triples: keys (B, K, hd, S_i) and values (B, K, S_i, hd) (the
+        ``KVCache`` layout; arrays or ``LayerOf``), with H a multiple of K, and a
+        (B, T, S_i) bool mask, True where a query may attend to a key.
 
     Returns:
       (B, T, H * hd).
@@ -340,16 +342,15 @@ def attention(q: jax.Array, blocks: list[tuple[Any, Any]], mask: jax.Array) -> j
     B, T, H, hd = q.shape
     K = blocks[0][0].shape[1]
     q = jnp.moveaxis(q.reshape(B, T, K, H // K, hd), 1, 3)  # (B, K, G, T, hd)
-    scores = jnp.concatenate([contract("bkgth,bkhs->bkgts", q, k) for k, _ in blocks],
-                             axis=-1) / math.sqrt(hd)
-    scores = jnp.where(mask[:, None, None], scores, _MASKED)
-    probs = jax.nn.softmax(scores, axis=-1)
-    out, start = 0.0, 0
-    for _, v in blocks:
-        block_probs = probs[..., start:start + v.shape[2]].astype(v.dtype)
-        out = out + contract("bkgts,bksh->bkgth", block_probs, v)
-        start += v.shape[2]
-    return jnp.moveaxis(out.astype(blocks[0][1].dtype), 3, 1).reshape(B, T, H * hd)
+    scores = [jnp.where(mask[:, None, None],
+                        contract("bkgth,bkhs->bkgts", q, k) / math.sqrt(hd), _MASKED)
+              for k, _, mask in blocks]
+    peak = functools.reduce(jnp.maximum, [s.max(axis=-1, keepdims=True) for s in scores])
+    weights = [jnp.exp(s - peak) for s in scores]
+    total = sum(w.sum(axis=-1, keepdims=True) for w in weights)
+    out = sum(contract("bkgts,bksh->bkgth", w.astype(v.dtype), v)
+              for w, (_, v, _) in zip(weights, blocks))
+    return jnp.moveaxis((out / total).astype(blocks[0][1].dtype), 3, 1).reshape(B, T, H * hd)
 
 
 def cache_layout(k: jax.Array, v: jax.Array) -> KVCache:
@@ -380,10 +381,10 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     new = cache_layout(k, v)
     if cache is None:
-        attended = attention(q, [new], masks[1])
+        attended = attention(q, [(*new, masks[1])])
     else:
         prefix = KVCache(LayerOf(cache.k, index), LayerOf(cache.v, index))
-        attended = attention(q, [prefix, new], jnp.concatenate(masks, axis=-1))
+        attended = attention(q, [(*prefix, masks[0]), (*new, masks[1])])
     h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
     x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
                  c.rms_norm_eps)
@@ -401,7 +402,7 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                                                  (index, 0, 0, 0, write_index)),
                     jax.lax.dynamic_update_slice(cache.v, new.v[None].astype(cache.v.dtype),
                                                  (index, 0, 0, write_index, 0)))
-    return attention(q, [KVCache(cache.k[index], cache.v[index])], mask), cache
+    return attention(q, [(cache.k[index], cache.v[index], mask)]), cache
 
 
 def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
