@@ -13,13 +13,12 @@ One prompt is one LLM call: budgets and ``call_index`` count prompts.
   in parallel and keep the best ``population_size`` with distinct objectives.
 * Sample: independent ``i1`` batches until the budget; the best is kept.
 
-Every batch can be rewarded for ES (`eoh_es_reward`, `sample_es_rewards`; ``i1``
-batches are rewarded like Sample batches). With a ``run_dir``, every program is
-appended to ``programs.jsonl`` and the search state (population, call count,
-generation, rng state, config) is checkpointed atomically to ``state.json`` after each
-batch, so ``resume=True`` continues from the last completed batch. Identical code is
-evaluated once per run (results are cached, and the cache is rebuilt from the log on
-resume, covering a batch that was logged but not checkpointed).
+`step` runs one batch and rewards it for ES (`eoh_es_reward`, `sample_es_rewards`;
+``i1`` batches are rewarded like Sample batches). With a ``run_dir``, every program is
+appended to ``programs.jsonl``. A search continues from ``state_to_json`` (taken after
+a batch) with ``state_from_json`` and ``restore_log``, which cuts the log back to that
+state and rebuilds the evaluation cache from it, so identical code is evaluated once per
+run, also across a batch that was logged but not checkpointed.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from agentic_esopt.agents import ahd_prompts
 
 
 PROGRAMS_FILE = "programs.jsonl"
-STATE_FILE = "state.json"
 # Sample+ES reward of every member when no sample of the batch is valid. Any constant
 # carries no signal; zero also gives a zero update without fitness shaping.
 NO_VALID_REWARD = 0.0
@@ -46,7 +44,7 @@ LLM = Callable[[list[str], list[int]], Sequence[str]]
 
 
 class Evaluation(Protocol):
-    """What an evaluator returns per program (`envs.ahd.sandbox.Result` is one)."""
+    """What an evaluator returns per program (`envs.ahd.scoring.Result` is one)."""
 
     valid: bool
     objective: float | None
@@ -103,7 +101,16 @@ class EoHConfig:
     num_parents: int = 2
     init_attempts: int = 4
     num_members: int = 1
-    seed: int = 0
+
+    def __post_init__(self):
+        _check_budget(self)
+        for name in ("population_size", "offspring_per_operator", "num_parents",
+                     "init_attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.operators or not set(self.operators) <= set(ahd_prompts.OPERATORS[1:]):
+            raise ValueError(f"operators must be a non-empty subset of "
+                             f"{ahd_prompts.OPERATORS[1:]}, got {self.operators}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +120,17 @@ class SampleConfig:
     budget: int = 100
     batch_size: int = 4
     num_members: int = 1
+
+    def __post_init__(self):
+        _check_budget(self)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+
+def _check_budget(config: EoHConfig | SampleConfig) -> None:
+    """Raises ValueError for a negative budget or no members."""
+    if config.budget < 0 or config.num_members < 1:
+        raise ValueError(f"need budget >= 0 and num_members >= 1, got {config}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,54 +363,6 @@ def _append_jsonl(path: str, records: Sequence[dict[str, Any]]) -> None:
         os.fsync(file.fileno())
 
 
-def _config_dict(config: EoHConfig | SampleConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(config)))
-
-
-def _checkpoint(run_dir: str, method: str, config: EoHConfig | SampleConfig,
-                state: SearchState) -> None:
-    payload = dict(method=method, config=_config_dict(config), **state_to_json(state))
-    fileio.atomic_write_text(os.path.join(run_dir, STATE_FILE), json.dumps(payload))
-
-
-def _without_budget(config: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in config.items() if key != "budget"}
-
-
-def _check_resumable(saved: dict[str, Any], method: str,
-                     config: EoHConfig | SampleConfig) -> None:
-    current = _config_dict(config)
-    if saved["method"] != method or _without_budget(saved["config"]) != _without_budget(
-            current):
-        raise ValueError(f"cannot resume the {saved['method']} run with config "
-                         f"{saved['config']} as {method} with {current} "
-                         f"(only the budget may change)")
-
-
-def _start(run_dir: str | None, resume: bool, method: str,
-           config: EoHConfig | SampleConfig,
-           seed: int) -> tuple[SearchState, dict[str, _Outcome]]:
-    """The initial or resumed state and the evaluation cache."""
-    fresh = initial_state(seed)
-    if run_dir is None:
-        if resume:
-            raise ValueError("resume=True needs a run_dir")
-        return fresh, {}
-    state_path = os.path.join(run_dir, STATE_FILE)
-    if not resume:
-        if os.path.exists(state_path) or os.path.exists(os.path.join(run_dir, PROGRAMS_FILE)):
-            raise ValueError(f"{run_dir} already holds a run; pass resume=True to continue")
-        os.makedirs(run_dir, exist_ok=True)
-        return fresh, {}
-    state = fresh
-    if os.path.exists(state_path):
-        with open(state_path, encoding="utf-8") as file:
-            saved = json.load(file)
-        _check_resumable(saved, method, config)
-        state = state_from_json(saved)
-    return state, restore_log(run_dir, state.call_count)
-
-
 # ---------------------------------------------------------------- searches
 
 
@@ -454,62 +424,3 @@ def restore_log(run_dir: str, call_count: int) -> dict[str, Any]:
     os.makedirs(run_dir, exist_ok=True)
     fileio.write_jsonl(log_path, [r for r in records if r["call_index"] < call_count])
     return cache
-
-
-def _search(method: str, llm: LLM, evaluate: Evaluate, task: Any,
-            config: EoHConfig | SampleConfig, seed: int, run_dir: str | None, resume: bool,
-            on_batch: Callable[[Batch, SearchState], None] | None) -> SearchState:
-    if config.budget < 0 or config.num_members < 1:
-        raise ValueError(f"need budget >= 0 and num_members >= 1, got {config}")
-    state, cache = _start(run_dir, resume, method, config, seed)
-    while state.call_count < config.budget:
-        state, batch = step(state, cache, llm, evaluate, task, config, run_dir)
-        if on_batch is not None:
-            on_batch(batch, state)
-        if run_dir is not None:
-            _checkpoint(run_dir, method, config, state)
-    return state
-
-
-def run_eoh(llm: LLM, evaluate: Evaluate, task: Any, config: EoHConfig = EoHConfig(),
-            run_dir: str | None = None, *, resume: bool = False,
-            on_batch: Callable[[Batch, SearchState], None] | None = None) -> SearchState:
-    """Runs EoH until `config.budget` LLM calls have been made.
-
-    Args:
-      llm: ``llm(prompts, members) -> replies``.
-      evaluate: ``evaluate(codes) -> results`` with ``valid``/``objective``/``error``
-        (e.g. ``envs.make("ahd", ...).evaluate``).
-      task: the task record: interface fields for the prompts (see
-        `ahd_prompts.HeuristicTask`) and ``minimise``.
-      config: the search settings.
-      run_dir: where to log programs and checkpoint the state (None: nowhere).
-      resume: continue the run in `run_dir` (its config must match but the budget).
-      on_batch: called with each `Batch` and the new state, after the batch is logged
-        and before it is checkpointed (e.g. for the ES update).
-
-    Returns:
-      The final state; ``state.population[0]`` is the best heuristic.
-    """
-    for name in ("population_size", "offspring_per_operator", "num_parents",
-                 "init_attempts"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
-    if not config.operators or not set(config.operators) <= set(ahd_prompts.OPERATORS[1:]):
-        raise ValueError(f"operators must be a non-empty subset of "
-                         f"{ahd_prompts.OPERATORS[1:]}, got {config.operators}")
-    return _search("eoh", llm, evaluate, task, config, config.seed, run_dir, resume, on_batch)
-
-
-def run_sample(llm: LLM, evaluate: Evaluate, task: Any,
-               config: SampleConfig = SampleConfig(), run_dir: str | None = None, *,
-               resume: bool = False,
-               on_batch: Callable[[Batch, SearchState], None] | None = None) -> SearchState:
-    """Runs Sample (independent ``i1`` prompts) until `config.budget` calls.
-
-    Arguments as for `run_eoh`; the returned population holds the single best.
-    """
-    if config.batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {config.batch_size}")
-    return _search("sample", llm, evaluate, task, config, 0, run_dir, resume, on_batch)
-

@@ -68,9 +68,28 @@ class Environment(Protocol):
 EnvFactory = Callable[[], Environment]
 
 
+class Closeable:
+    """``close()`` and ``with`` support for a task source.
+
+    A source that holds processes (browsers, sandboxes) releases them in ``close``; the
+    default holds nothing. ``close`` may be called more than once, also after an error.
+    """
+
+    def close(self) -> None:
+        """Releases what the source holds (nothing by default)."""
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
 @dataclasses.dataclass(frozen=True)
-class TaskSource:
+class TaskSource(Closeable):
     """Everything a trainer needs from a multi-turn environment.
+
+    ``with envs.make(...) as source:`` closes it on exit (see ``Closeable``).
 
     Attributes:
       env_factory: makes a fresh environment per episode.
@@ -80,6 +99,8 @@ class TaskSource:
       eval_tasks: the held-out tasks (disjoint from every generation's training tasks).
       stop: strings that end a reply (e.g. "Observation:" for a ReAct agent), on top of
         the run's own.
+      on_close: releases what the episodes share (e.g. ``BrowserPool.close``); called
+        by ``close``, so it must be safe to call again. None: nothing to release.
     """
 
     env_factory: EnvFactory
@@ -87,6 +108,12 @@ class TaskSource:
     train_tasks: Callable[[int], Sequence[Any]]
     eval_tasks: Sequence[Any]
     stop: tuple[str, ...] = ()
+    on_close: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        """Calls ``on_close`` (when given): browsers and other shared processes end."""
+        if self.on_close is not None:
+            self.on_close()
 
 
 class Splits(NamedTuple):

@@ -38,8 +38,8 @@ from fractions import Fraction
 from typing import Any
 
 from agentic_esopt import options as options_lib
+from agentic_esopt import sandbox
 from agentic_esopt.envs import base, math_data
-from agentic_esopt.envs.ahd import sandbox
 from agentic_esopt.envs.base import StepResult
 from agentic_esopt.envs.math_data import MathTask
 

@@ -6,7 +6,8 @@ so held-out instances never occur in training; each generation samples its train
 instances from the train split. ``tasks`` picks the pages: a curated multi-step set
 solvable from the accessibility tree (the default), the short ``EASY`` set, or any list
 (one page is the single-task mode). See ``envs.web.env`` for observations, actions and
-rewards; the browsers come from one ``BrowserPool`` of ``browsers`` workers per source.
+rewards; the browsers come from one ``BrowserPool`` of ``browsers`` workers per source,
+ended by ``source.close()`` (or by leaving ``with envs.make("miniwob", ...) as source:``).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class Options:
 
 
 def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
-    """The MiniWoB task source (starts no browser until the first episode)."""
+    """The MiniWoB task source (starts no browser until the first episode; ``close``
+    ends every browser)."""
     pages = tuple(dict.fromkeys(options.pages))
     return task_source(options, BrowserPool(options.browsers),
                        instances(pages, "train", options.train_instances),

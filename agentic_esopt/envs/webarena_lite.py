@@ -68,15 +68,17 @@ def read_configs(path: str | Path) -> list[dict[str, Any]]:
     return configs
 
 
-def paper_split(lite: list[dict[str, Any]], full: list[dict[str, Any]]
-                ) -> tuple[list[WebTask], list[WebTask]]:
-    """(training tasks: WebArena without Lite's, held-out tasks: Lite's), in file order."""
+def paper_split(lite: list[dict[str, Any]], full: list[dict[str, Any]],
+                validation_tasks: int = 0) -> tuple[list[WebTask], list[WebTask]]:
+    """(training tasks, held-out tasks), in file order: Lite's tasks are held out, and the
+    rest of WebArena trains, but for its last ``validation_tasks``, kept apart (the
+    reference trains on 582 and keeps 65 for skill validation)."""
     held_out_ids = {int(c["old_task_id"]) for c in lite}
-    train = [WebTask(f"webarena-{c['task_id']}", "webarena", str(c["task_id"]))
-             for c in full if int(c["task_id"]) not in held_out_ids]
+    rest = [WebTask(f"webarena-{c['task_id']}", "webarena", str(c["task_id"]))
+            for c in full if int(c["task_id"]) not in held_out_ids]
     held_out = [WebTask(f"webarena_lite-{c['task_id']}", "webarena_lite", str(c["old_task_id"]))
                 for c in lite]
-    return train, held_out
+    return rest[:len(rest) - validation_tasks], held_out
 
 
 # ----------------------------------------------------------------------------- sites
@@ -231,6 +233,9 @@ class Options:
                                                      "ships).")
     full_file: str | None = options_lib.field(None, "WebArena's 812-task file (default: "
                                                      "the one libwebarena ships).")
+    validation_tasks: int = options_lib.field(0, "WebArena tasks outside Lite kept apart "
+                                                 "from training, the last in file order "
+                                                 "(the reference keeps 65).")
     max_turns: int = options_lib.field(30, "Replies per episode.")
     observation_tokens: int = options_lib.field(4000, "Budget of the page tree in each "
                                                       "observation (about 4 characters a "
@@ -253,6 +258,8 @@ class Options:
         for name in ("lite_file", "full_file"):
             path = getattr(self, name)
             check(path is None or os.path.isfile(path), f"{name} {path!r} is not a file")
+        check(self.validation_tasks >= 0,
+              f"validation_tasks must be >= 0, got {self.validation_tasks}")
         problems.extend(episode_problems(self))
         check(self.judge_url is None or urllib.parse.urlparse(self.judge_url).scheme in
               ("http", "https"), f"judge_url must be an http(s) URL, got {self.judge_url!r}")
@@ -264,7 +271,7 @@ def load_split(options: Options) -> tuple[list[WebTask], list[WebTask]]:
     lite = options.lite_file or _package_file(
         "browsergym.webarenalite", "test_webarena_lite.raw.json", "browsergym-webarenalite")
     full = options.full_file or _package_file("webarena", "test.raw.json", "libwebarena")
-    return paper_split(read_configs(lite), read_configs(full))
+    return paper_split(read_configs(lite), read_configs(full), options.validation_tasks)
 
 
 def check_sites(environ: dict[str, str], timeout_s: float = 10.0) -> None:
@@ -279,7 +286,8 @@ def check_sites(environ: dict[str, str], timeout_s: float = 10.0) -> None:
 
 
 def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
-    """The WebArena-Lite task source; checks the sites first (``check_sites``)."""
+    """The WebArena-Lite task source; checks the sites first (``check_sites``); ``close``
+    ends every browser."""
     train, held_out = load_split(options)
     if options.check_sites:
         check_sites(dict(os.environ))

@@ -1,10 +1,9 @@
-"""EoH / Sample heuristic search: prompts, extraction, rewards, selection, runs, resume."""
+"""EoH / Sample heuristic search: prompts, extraction, rewards, selection, steps, resume."""
 
 import ast
 import dataclasses
 import json
 import math
-import os
 import zlib
 from typing import NamedTuple
 
@@ -253,15 +252,33 @@ def test_select_parents_is_distinct_seeded_and_rank_weighted():
         eoh.select_parents(population, 5, rng)
 
 
-# ---------------------------------------------------------------- runs
+# ---------------------------------------------------------------- searches
 
 
-def test_tiny_eoh_run_improves_and_respects_the_budget(tmp_path):
-    calls, batches = [], []
+def search(llm, evaluate, task, config, run_dir=None, *, seed=0, state=None, cache=None,
+           on_batch=None):
+    """Steps a search until its budget, as the trainer does (one batch a generation).
+
+    Returns:
+      (the final state, every batch).
+    """
+    state = eoh.initial_state(seed) if state is None else state
+    cache = {} if cache is None else cache
+    batches = []
+    while state.call_count < config.budget:
+        state, batch = eoh.step(state, cache, llm, evaluate, task, config, run_dir)
+        batches.append(batch)
+        if on_batch is not None:
+            on_batch(batch, state)
+    return state, batches
+
+
+def test_tiny_eoh_search_improves_and_respects_the_budget(tmp_path):
+    calls = []
     config = eoh.EoHConfig(population_size=3, budget=23, offspring_per_operator=2,
-                           num_members=7, seed=0)
-    state = eoh.run_eoh(fake_llm(calls), in_process_evaluator([]), TASK, config,
-                        str(tmp_path), on_batch=lambda batch, s: batches.append(batch))
+                           num_members=7)
+    state, batches = search(fake_llm(calls), in_process_evaluator([]), TASK, config,
+                            str(tmp_path))
     prompts_sent = sum(len(prompts) for prompts, _ in calls)
     assert prompts_sent == state.call_count == config.budget
     assert all(members == [j % 7 for j in range(len(members))] for _, members in calls)
@@ -289,19 +306,19 @@ def tsp_reply(idea, body):
             f"    return {body}\n```")
 
 
-def test_tiny_eoh_run_in_the_sandbox_on_a_registry_task():
+def test_tiny_eoh_search_in_the_sandbox_on_a_registry_task():
     task = tasks.TASKS["tsp_constructive"]
-    evaluate = envs.make("ahd", task="tsp_constructive", size=8, train_size=2,
-                         timeout_s=60.0).evaluate
     init = (tsp_reply("first", "int(unvisited_nodes[0])"), "no idea, sorry",
             tsp_reply("farthest", "int(unvisited_nodes[np.argmax(row)])"))
     evolved = (tsp_reply("nearest", "int(unvisited_nodes[np.argmin(row)])"),
                tsp_reply("stay", "current_node"),  # illegal: already visited
                tsp_reply("last", "int(unvisited_nodes[-1])"))
-    calls, batches = [], []
-    config = eoh.EoHConfig(population_size=2, budget=11, num_members=3, seed=0)
-    state = eoh.run_eoh(fake_llm(calls, init, evolved), evaluate, task, config,
-                        on_batch=lambda batch, s: batches.append(batch))
+    calls = []
+    config = eoh.EoHConfig(population_size=2, budget=11, num_members=3)
+    with envs.make("ahd", task="tsp_constructive", size=8, train_size=2,
+                   timeout_s=60.0) as source:
+        state, batches = search(fake_llm(calls, init, evolved), source.evaluate, task,
+                                config)
     assert sum(len(prompts) for prompts, _ in calls) == state.call_count == 11
     nearest = task.baseline(task.generate_instances(8, 2, 0))
     initial = [c.objective for c in batches[0].offspring if c.valid]
@@ -310,56 +327,53 @@ def test_tiny_eoh_run_in_the_sandbox_on_a_registry_task():
     assert state.population[0].description == "nearest"
 
 
-def test_resume_after_a_crash_matches_an_uninterrupted_run(tmp_path):
-    config = eoh.EoHConfig(population_size=3, budget=27, seed=3)
+def test_resume_from_a_checkpoint_after_a_crash_matches_an_uninterrupted_search(tmp_path):
+    config = eoh.EoHConfig(population_size=3, budget=27)
+    straight_dir, run_dir = tmp_path / "straight", tmp_path / "crashed"
+    straight_dir.mkdir()
+    run_dir.mkdir()
     straight_evaluated = []
-    straight = eoh.run_eoh(fake_llm([]), in_process_evaluator(straight_evaluated), TASK,
-                           config, str(tmp_path / "straight"))
-
-    evolution_batches = []
-
-    def crash_in_second_generation(batch, state):
-        if batch.offspring[0].operator != "i1":
-            evolution_batches.append(batch)
-        if len(evolution_batches) == 2:
-            raise RuntimeError("simulated crash after logging, before the checkpoint")
+    straight, _ = search(fake_llm([]), in_process_evaluator(straight_evaluated), TASK,
+                         config, str(straight_dir), seed=3)
 
     evaluated = []
-    run_dir = str(tmp_path / "crashed")
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        eoh.run_eoh(fake_llm([]), in_process_evaluator(evaluated), TASK, config, run_dir,
-                    on_batch=crash_in_second_generation)
+    state, cache, evolution_batches = eoh.initial_state(3), {}, 0
+    while evolution_batches < 2:  # a crash after the second evolution batch is logged
+        checkpoint = json.dumps(eoh.state_to_json(state))  # after every completed batch
+        state, batch = eoh.step(state, cache, fake_llm([]), in_process_evaluator(evaluated),
+                                TASK, config, str(run_dir))
+        evolution_batches += batch.offspring[0].operator != "i1"
     before_resume = len(evaluated)
-    resumed = eoh.run_eoh(fake_llm([]), in_process_evaluator(evaluated), TASK, config,
-                          run_dir, resume=True)
+    restored = eoh.state_from_json(json.loads(checkpoint))
+    resumed, _ = search(fake_llm([]), in_process_evaluator(evaluated), TASK, config,
+                        str(run_dir), state=restored,
+                        cache=eoh.restore_log(str(run_dir), restored.call_count))
     assert resumed == straight
     assert len(evaluated) == len(set(evaluated))  # no program evaluated twice
     assert sorted(evaluated) == sorted(straight_evaluated)
-    crashed_codes = {child.code for child in evolution_batches[-1].offspring if child.code}
+    crashed_codes = {child.code for child in batch.offspring if child.code}
     assert crashed_codes and crashed_codes <= set(evaluated[:before_resume])
-    logs = [open(os.path.join(d, eoh.PROGRAMS_FILE)).read()
-            for d in (str(tmp_path / "straight"), run_dir)]
+    logs = [open(d / eoh.PROGRAMS_FILE).read() for d in (straight_dir, run_dir)]
     assert logs[0] == logs[1]
 
 
-def test_resume_can_extend_the_budget_but_not_change_the_config(tmp_path):
+def test_a_restored_search_continues_under_a_larger_budget(tmp_path):
     config = eoh.EoHConfig(population_size=2, budget=6)
-    first = eoh.run_eoh(fake_llm([]), in_process_evaluator([]), TASK, config, str(tmp_path))
-    with pytest.raises(ValueError, match="already holds a run"):
-        eoh.run_eoh(fake_llm([]), in_process_evaluator([]), TASK, config, str(tmp_path))
-    with pytest.raises(ValueError, match="only the budget may change"):
-        eoh.run_eoh(fake_llm([]), in_process_evaluator([]), TASK,
-                    dataclasses.replace(config, seed=1), str(tmp_path), resume=True)
-    longer = eoh.run_eoh(fake_llm([]), in_process_evaluator([]), TASK,
-                         dataclasses.replace(config, budget=10), str(tmp_path), resume=True)
-    assert first.call_count == 6 and longer.call_count == 10
+    first, _ = search(fake_llm([]), in_process_evaluator([]), TASK, config, str(tmp_path))
+    restored = eoh.state_from_json(json.loads(json.dumps(eoh.state_to_json(first))))
+    assert restored == first and first.call_count == 6
+    longer, _ = search(fake_llm([]), in_process_evaluator([]), TASK,
+                       dataclasses.replace(config, budget=10), str(tmp_path), state=restored,
+                       cache=eoh.restore_log(str(tmp_path), restored.call_count))
+    assert longer.call_count == 10
+    records = [json.loads(line) for line in open(tmp_path / eoh.PROGRAMS_FILE)]
+    assert [r["call_index"] for r in records] == list(range(10))
 
 
 def test_sample_keeps_the_best_and_rewards_batches_like_sample_es():
-    calls, batches = [], []
+    calls = []
     config = eoh.SampleConfig(budget=10, batch_size=4, num_members=4)
-    state = eoh.run_sample(fake_llm(calls), in_process_evaluator([]), TASK, config,
-                           on_batch=lambda batch, s: batches.append(batch))
+    state, batches = search(fake_llm(calls), in_process_evaluator([]), TASK, config)
     assert [len(prompts) for prompts, _ in calls] == [4, 4, 2]
     offspring = [child for batch in batches for child in batch.offspring]
     best = min(c.objective for c in offspring if c.valid)
@@ -371,15 +385,16 @@ def test_sample_keeps_the_best_and_rewards_batches_like_sample_es():
         assert list(batch.rewards) == eoh.sample_es_rewards(objectives, True)
 
 
-def test_bad_configs_raise():
-    with pytest.raises(ValueError, match="operators"):
-        eoh.run_eoh(fake_llm([]), in_process_evaluator([]), TASK,
-                    eoh.EoHConfig(operators=("i1", "e1")))
-    with pytest.raises(ValueError, match="population_size"):
-        eoh.run_eoh(fake_llm([]), in_process_evaluator([]), TASK,
-                    eoh.EoHConfig(population_size=0))
-    with pytest.raises(ValueError, match="resume=True needs a run_dir"):
-        eoh.run_sample(fake_llm([]), in_process_evaluator([]), TASK, resume=True)
+@pytest.mark.parametrize("make, message", [
+    (lambda: eoh.EoHConfig(operators=("i1", "e1")), "operators"),
+    (lambda: eoh.EoHConfig(population_size=0), "population_size"),
+    (lambda: eoh.EoHConfig(num_members=0), "num_members >= 1"),
+    (lambda: eoh.SampleConfig(budget=-1), "budget >= 0"),
+    (lambda: eoh.SampleConfig(batch_size=0), "batch_size"),
+])
+def test_bad_configs_raise(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
 
 
 def claims_nan(codes):
@@ -387,13 +402,12 @@ def claims_nan(codes):
 
 
 def test_misbehaving_llm_or_evaluator_is_caught():
-    state = eoh.run_sample(fake_llm([]), claims_nan, TASK, eoh.SampleConfig(budget=1))
+    config = eoh.SampleConfig(budget=1)
+    state, batch = eoh.step(eoh.initial_state(0), {}, fake_llm([]), claims_nan, TASK, config)
     assert state.population == ()
-    batches = []
-    eoh.run_sample(fake_llm([]), claims_nan, TASK, eoh.SampleConfig(budget=1),
-                   on_batch=lambda batch, s: batches.append(batch))
-    assert "evaluator gave objective nan" in batches[0].offspring[0].error
+    assert "evaluator gave objective nan" in batch.offspring[0].error
     with pytest.raises(ValueError, match="llm returned 0 replies for 1 prompts"):
-        eoh.run_sample(lambda prompts, members: [], claims_nan, TASK, eoh.SampleConfig(budget=1))
+        eoh.step(eoh.initial_state(0), {}, lambda prompts, members: [], claims_nan, TASK,
+                 config)
     with pytest.raises(ValueError, match="evaluate returned 0 results"):
-        eoh.run_sample(fake_llm([]), lambda codes: [], TASK, eoh.SampleConfig(budget=1))
+        eoh.step(eoh.initial_state(0), {}, fake_llm([]), lambda codes: [], TASK, config)

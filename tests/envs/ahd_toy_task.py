@@ -1,4 +1,4 @@
-"""A stdlib-only AHD-style task for sandbox tests (cheap for the sandbox child to import).
+"""A stdlib-only AHD-style task for the scoring tests (cheap for the sandbox child to import).
 
 The heuristic ``score(xs)`` receives all instances and returns the objective itself,
 unchecked, so tests can hand the sandbox any objective (NaN, a string, ...).

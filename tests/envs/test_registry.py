@@ -30,6 +30,14 @@ def test_contract_sudoku_source_plays_set_actions():
     assert isinstance(reward, float) and "legal" in info
 
 
+@pytest.mark.parametrize("name", ["sudoku", "ahd", "math_react"])
+def test_sources_close_idempotently_and_as_context_managers(name):
+    with envs.make(name) as source:
+        assert isinstance(source, envs.base.Closeable)
+    source.close()
+    source.close()
+
+
 @pytest.mark.parametrize("name, options, message", [
     ("chess", {}, "unknown environment 'chess'"),
     ("sudoku", dict(board_size=5), "board_size must be one of [4, 6, 9]"),

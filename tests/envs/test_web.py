@@ -5,6 +5,7 @@ parallel episodes are isolated; no browser process outlives a pool, an exception
 death of its parent.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from agentic_esopt.agents import rollout
 from agentic_esopt.envs import miniwob
 from agentic_esopt.envs.web import actions
 from agentic_esopt.envs.web.env import WebEnv, WebTask
-from agentic_esopt.envs.web.pool import BrowserPool, wait_gone
+from agentic_esopt.envs.web.pool import BrowserPool, descendants, wait_gone
 
 
 @pytest.fixture(scope="module")
@@ -99,15 +100,16 @@ def play(env, episode_task, agent, max_turns=10):
 
 
 def test_contract_click_test():
-    source = envs.make("miniwob", tasks=["click-test"], browsers=1, eval_size=2)
-    assert isinstance(source, envs.TaskSource)
-    env = source.env_factory()
-    observation = env.reset(source.eval_tasks[0])
-    assert "Click the button." in observation and re.search(r"\[\d+\] button", observation)
-    result = env.step(f"click('{bid_of(observation, 'button')}')")
-    assert result.done and result.reward == 1.0 and result.info["solved"]
-    assert result.info["action"] == f"click('{bid_of(observation, 'button')}')"
-    source.env_factory().close()
+    with envs.make("miniwob", tasks=["click-test"], browsers=1, eval_size=2) as source:
+        assert isinstance(source, envs.TaskSource)
+        env = source.env_factory()
+        observation = env.reset(source.eval_tasks[0])
+        assert "Click the button." in observation and re.search(r"\[\d+\] button",
+                                                               observation)
+        result = env.step(f"click('{bid_of(observation, 'button')}')")
+        assert result.done and result.reward == 1.0 and result.info["solved"]
+        assert result.info["action"] == f"click('{bid_of(observation, 'button')}')"
+        source.env_factory().close()
 
 
 @pytest.mark.parametrize("name,agent", [("enter-text", enter_text), ("login-user", login_user),
@@ -225,8 +227,46 @@ def test_rollout_plays_rows_together_and_closes_on_error():
     assert pool.open_episodes() == 0  # every episode's context was closed
     pids = pool.pids()
     assert len(pids) >= 2  # workers and their Chromium processes
-    pool.close()
+    source.close()
     assert wait_gone(pids) == []
+
+
+def chromium_processes():
+    """The Chromium processes below this one."""
+    found = set()
+    for pid in descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+                found |= {pid} if "chrom" in f.read() else set()
+        except OSError:
+            continue
+    return found
+
+
+def test_close_ends_every_browser_and_is_idempotent():
+    before = chromium_processes()  # the module's shared pool may have its own
+    source = envs.make("miniwob", tasks=["click-test"], browsers=1, eval_size=1)
+    env = source.env_factory()
+    env.reset(source.eval_tasks[0])
+    started = chromium_processes() - before
+    assert started
+    source.close()
+    assert wait_gone(list(started)) == [] and not chromium_processes() - before
+    env.close()  # an episode left open is closed without its browser
+    source.close()
+    with pytest.raises(RuntimeError, match="the browser pool is closed"):
+        source.env_factory().reset(source.eval_tasks[0])
+
+
+def test_leaving_a_with_block_on_an_error_ends_every_browser():
+    before = chromium_processes()
+    with pytest.raises(RuntimeError, match="the agent broke"):
+        with envs.make("miniwob", tasks=["click-test"], browsers=1, eval_size=1) as source:
+            source.env_factory().reset(source.eval_tasks[0])
+            started = chromium_processes() - before
+            raise RuntimeError("the agent broke")
+    assert started and wait_gone(list(started)) == []
+    assert not chromium_processes() - before
 
 
 def test_no_browser_outlives_a_killed_parent(tmp_path):

@@ -35,6 +35,24 @@ def test_paper_split_holds_lite_out(task_files):
     assert [t.name for t in source.eval_tasks] == ["4", "7", "15"]  # WebArena's ids
     train_names = {t.name for g in range(5) for t in source.train_tasks(g)}
     assert train_names <= {"5", "8", "16"} and len(source.train_tasks(0)) == 2
+    source.close()
+
+
+def test_the_reference_split_keeps_validation_tasks_apart():
+    lite = [{"task_id": i, "old_task_id": i} for i in range(165)]
+    full = [{"task_id": i} for i in range(812)]
+    train, held_out = webarena_lite.paper_split(lite, full, validation_tasks=65)
+    assert (len(train), len(held_out)) == (582, 165)
+    assert train[-1].name == "746" and {t.name for t in held_out} == {str(i) for i in range(165)}
+
+
+def test_close_is_idempotent_and_ends_the_pool(task_files):
+    with envs.make("webarena_lite", lite_file=task_files[0], full_file=task_files[1],
+                   check_sites=False, tasks_per_generation=2) as source:
+        env = source.env_factory()
+    source.close()
+    with pytest.raises(RuntimeError, match="the browser pool is closed"):
+        env.reset(source.eval_tasks[0])
 
 
 def test_task_file_and_option_errors(tmp_path, task_files):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 from agentic_esopt import options as options_lib
 from agentic_esopt.envs import base
-from agentic_esopt.envs.ahd import aco, sandbox
+from agentic_esopt.envs.ahd import aco, scoring
 from agentic_esopt.envs.ahd.tasks import TASKS
 
 SEARCHES = ("eoh", "sample")
@@ -72,8 +72,12 @@ class Options:
         return []
 
 
-class AHDSource(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class AHDSource(base.Closeable):
     """What a heuristic search needs from a task.
+
+    It holds no process between calls (each evaluation's sandbox ends with it), so
+    ``close`` has nothing to release.
 
     Attributes:
       task: the ``AHDTask`` (prompt fields, direction, evaluator).
@@ -85,7 +89,7 @@ class AHDSource(NamedTuple):
 
     task: Any
     options: Options
-    evaluate: Callable[[Sequence[str]], Sequence[sandbox.Result]]
+    evaluate: Callable[[Sequence[str]], Sequence[scoring.Result]]
     score: Callable[[str], dict[str, Any]]
     eval_description: str
 
@@ -104,10 +108,10 @@ def sandbox_options(options: Options) -> dict[str, Any]:
 
 def eval_instances(options: Options, eval_size: int) -> Any:
     """The first ``eval_size`` published test instances with ``anchor_data``, else a
-    ``sandbox.InstanceSpec`` of ``eval_size`` instances generated from
+    ``scoring.InstanceSpec`` of ``eval_size`` instances generated from
     ``EVAL_INSTANCES_SEED``."""
     if options.anchor_data is None:
-        return sandbox.InstanceSpec(options.problem_size(), eval_size, EVAL_INSTANCES_SEED)
+        return scoring.InstanceSpec(options.problem_size(), eval_size, EVAL_INSTANCES_SEED)
     task = TASKS[options.task]
     return task.load_anchor_instances(options.anchor_data, options.problem_size(),
                                       ANCHOR_SPLIT)[:eval_size]
@@ -116,7 +120,7 @@ def eval_instances(options: Options, eval_size: int) -> Any:
 def score_program(code: str, options: Options, instances: Any) -> dict[str, Any]:
     """Scores one program in the sandbox: ``{"valid", "objective", "error"}``."""
     task = TASKS[options.task]
-    result = sandbox.run_candidate(code, task.function_name, task.name, instances,
+    result = scoring.run_candidate(code, task.function_name, task.name, instances,
                                    **sandbox_options(options))
     return dict(valid=result.valid, objective=result.objective, error=result.error)
 
@@ -127,8 +131,8 @@ def make_source(options: Options, splits: base.Splits) -> AHDSource:
     task = TASKS[options.task]
     instances = eval_instances(options, splits.eval_size)
     evaluate = functools.partial(
-        sandbox.evaluate_many, function_name=task.function_name, task_name=task.name,
-        instances_spec=sandbox.InstanceSpec(options.problem_size(), options.train_size,
+        scoring.evaluate_many, function_name=task.function_name, task_name=task.name,
+        instances_spec=scoring.InstanceSpec(options.problem_size(), options.train_size,
                                             TRAIN_INSTANCES_SEED),
         **sandbox_options(options))
     description = (f"{options.anchor_data} {ANCHOR_SPLIT}[:{splits.eval_size}]"

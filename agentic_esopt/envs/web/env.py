@@ -200,7 +200,8 @@ def episode_problems(options: Any) -> list[str]:
 def task_source(options: Any, pool: BrowserPool, train: list[WebTask],
                 held_out: list[WebTask], splits: base.Splits) -> base.TaskSource:
     """A web task source: episodes on ``pool``; each generation samples
-    ``splits.tasks_per_generation`` of ``train``; ``held_out`` is evaluated."""
+    ``splits.tasks_per_generation`` of ``train``; ``held_out`` is evaluated; ``close``
+    closes the pool."""
     if splits.tasks_per_generation > len(train):
         raise ValueError(f"tasks_per_generation={splits.tasks_per_generation} exceeds the "
                          f"{len(train)} training tasks")
@@ -214,4 +215,4 @@ def task_source(options: Any, pool: BrowserPool, train: list[WebTask],
         env_factory=make_env, system_prompt=system_prompt(options.action_format),
         train_tasks=lambda g: base.sample_generation_tasks(train, splits.tasks_per_generation,
                                                            splits.seed, g),
-        eval_tasks=held_out)
+        eval_tasks=held_out, on_close=pool.close)

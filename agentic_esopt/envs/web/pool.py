@@ -108,8 +108,15 @@ class BrowserWorker:
 
 
 def _close_workers(workers: list[BrowserWorker]) -> None:
+    """Closes every worker, also when closing one fails (the first error is raised)."""
+    errors = []
     while workers:
-        workers.pop().close()
+        try:
+            workers.pop().close()
+        except Exception as error:  # pylint: disable=broad-except  # the others still close
+            errors.append(error)
+    if errors:
+        raise errors[0]
 
 
 class BrowserPool:
@@ -135,8 +142,14 @@ class BrowserPool:
         self._finalizer = weakref.finalize(self, _close_workers, self._workers)
 
     def acquire(self) -> BrowserWorker:
-        """A worker for one more episode (starting one while fewer than ``size`` run)."""
+        """A worker for one more episode (starting one while fewer than ``size`` run).
+
+        Raises:
+          RuntimeError: the pool is closed.
+        """
         with self._lock:
+            if not self._finalizer.alive:
+                raise RuntimeError("the browser pool is closed")
             self._workers[:] = [w for w in self._workers if w.process.poll() is None]
             idle = [w for w in self._workers if w.episodes == 0]
             if not idle and len(self._workers) < self.size:
@@ -161,7 +174,7 @@ class BrowserPool:
                 for pid in (w.process.pid, *descendants(w.process.pid))]
 
     def close(self) -> None:
-        """Ends every worker and every process it started."""
+        """Ends every worker and every process it started (idempotent)."""
         with self._lock:
             self._finalizer()
 

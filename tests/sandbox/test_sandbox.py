@@ -1,4 +1,4 @@
-"""The AHD sandbox: legit candidates score exactly, hostile ones fail and leave no trace."""
+"""The sandbox: calls return their value, hostile code fails and leaves no trace."""
 
 import os
 import socket
@@ -8,65 +8,29 @@ import tempfile
 import time
 import uuid
 
-import ahd_toy_task
 import pytest
 
-from agentic_esopt.envs.ahd import _sandbox_child
-from agentic_esopt.envs.ahd import aco
-from agentic_esopt.envs.ahd import sandbox
-from agentic_esopt.envs.ahd import tasks
+from agentic_esopt import sandbox
+from agentic_esopt.sandbox import _child
+from agentic_esopt.sandbox import process
 
 REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IS_ROOT = os.geteuid() == 0
-
-
-TOY = "ahd_toy_task:TOY_TASK"  # tests/envs is on sys.path, which the child inherits
-SPEC = sandbox.InstanceSpec(size=2, n=3, seed=1)
 MEAN = "def score(xs):\n    return sum(xs) / len(xs)\n"
 
 
-def run_toy(source, **limits):
+def run(source, xs=(1.0, 2.0, 6.0), **limits):
+    """``score(xs)`` of ``source`` in the sandbox (``sandbox_entry`` is on sys.path)."""
     limits.setdefault("timeout_s", 3)
-    return sandbox.run_candidate(source, "score", TOY, SPEC, **limits)
+    return sandbox.run_python("sandbox_entry:call_score", {"source": source, "xs": list(xs)},
+                              **limits)
 
 
-def test_legit_candidate_scores_its_true_objective():
-    result = run_toy(MEAN)
-    namespace = {}
-    exec(MEAN, namespace)  # pylint: disable=exec-used
-    task = ahd_toy_task.TOY_TASK
-    expected = task.evaluate(namespace["score"], task.generate_instances(*SPEC))
-    assert result.valid and result.error is None
-    assert result.objective == expected == 3.0
-
-
-def test_registry_task_scores_like_in_process_and_rejects_illegal_choices():
-    task = tasks.TASKS["tsp_constructive"]
-    spec = sandbox.InstanceSpec(size=8, n=2, seed=0)
-    visited = ("def select_next_node(current_node, destination_node, unvisited_nodes, "
-               "distance_matrix):\n    return current_node\n")
-    wrong_type = visited.replace("return current_node", "return 'north'")
-    legit, illegal, typed = sandbox.evaluate_many(
-        [task.seed_heuristic_source, visited, wrong_type], task.function_name, task.name,
-        spec, timeout_s=60)
-    assert legit.valid and legit.objective == task.baseline(task.generate_instances(*spec))
-    assert "InvalidHeuristicOutput" in illegal.error and "not among" in illegal.error
-    assert "InvalidHeuristicOutput" in typed.error and "integer" in typed.error
-
-
-def test_evaluate_options_reach_the_task():
-    task = tasks.TASKS["tsp_aco"]
-    instances = task.generate_instances(6, 1, 0)
-    result = sandbox.run_candidate(task.seed_heuristic_source, task.function_name, task.name,
-                                   instances, timeout_s=60,
-                                   evaluate_options={"settings": aco.FAST_SETTINGS})
-    assert result.valid
-    assert result.objective == task.baseline(instances, settings=aco.FAST_SETTINGS)
-
-
-def test_concrete_instances_are_passed_through():
-    result = sandbox.run_candidate(MEAN, "score", TOY, [1.0, 2.0, 6.0], timeout_s=3)
-    assert result.valid and result.objective == 3.0
+def test_call_returns_its_value_as_json():
+    result = run(MEAN)
+    assert result.error is None and result.value == 3.0
+    listed = run("def score(xs):\n    return {'xs': xs, 'n': len(xs)}\n", xs=(1.5,))
+    assert listed.value == {"xs": [1.5], "n": 1}
 
 
 def test_stdout_is_captured_and_working_directory_is_writable():
@@ -75,8 +39,8 @@ def test_stdout_is_captured_and_working_directory_is_writable():
               "    with tempfile.TemporaryDirectory() as scratch:\n"
               "        os.mkdir(os.path.join(scratch, 'sub'))\n"
               "    return float(open('scratch.txt').read())\n")
-    result = run_toy(source)
-    assert result.valid and result.objective == 42.0
+    result = run(source)
+    assert result.error is None and result.value == 42.0
     assert "hello from the candidate" in result.stdout_tail
 
 
@@ -98,12 +62,8 @@ HOSTILE = {
     "os_exit": ("import os\ndef score(xs):\n    os._exit(0)\n", "no result: exited with code 0"),
     "print_gigabytes": ("def score(xs):\n    while True:\n        print('x' * 1_000_000)\n",
                         "output exceeded"),
-    "nan_objective": ("def score(xs):\n    return float('nan')\n", "not finite"),
-    "wrong_type": ("def score(xs):\n    return '3.0'\n", "objective has type str"),
-    "bool_objective": ("def score(xs):\n    return True\n", "objective has type bool"),
     "syntax_error": ("def score(xs)\n    return 1.0\n", "SyntaxError"),
-    "missing_function": ("THRESHOLD = 3\n", "no function named 'score'"),
-    "wrong_function_name": ("def scor(xs):\n    return 1.0\n", "defines: ['scor']"),
+    "not_json": ("def score(xs):\n    return b'bytes'\n", "the result is not JSON"),
     "ctypes": ("import ctypes\ndef score(xs):\n    ctypes.CDLL(None).fork()\n    return 0.0\n",
                "ctypes"),
     "raise_limits": ("import resource\ndef score(xs):\n"
@@ -113,26 +73,25 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_candidate_fails_with_a_reason(name):
+def test_hostile_code_fails_with_a_reason(name):
     source, reason = HOSTILE[name]
     start = time.monotonic()
-    result = run_toy(source, timeout_s=2, cpu_s=30, memory_mb=512)
-    assert not result.valid and result.objective is None
-    assert reason in result.error, result.error
+    result = run(source, timeout_s=2, cpu_s=30, memory_mb=512)
+    assert result.value is None and reason in result.error, result.error
     assert time.monotonic() - start < 10
 
 
-def test_cpu_limit_kills_a_busy_candidate_before_the_wall_clock():
-    result = run_toy("def score(xs):\n    while True:\n        pass\n", timeout_s=20, cpu_s=1)
-    assert not result.valid and "CPU time limit exceeded" in result.error
+def test_cpu_limit_kills_busy_code_before_the_wall_clock():
+    result = run("def score(xs):\n    while True:\n        pass\n", timeout_s=20, cpu_s=1)
+    assert "CPU time limit exceeded" in result.error
     assert result.wall_s < 10
 
 
-def test_violation_fails_even_when_the_candidate_swallows_the_error():
+def test_violation_fails_even_when_the_code_swallows_the_error():
     source = ("import os\ndef score(xs):\n    try:\n        os.kill(os.getppid(), 9)\n"
               "    except Exception:\n        pass\n    return 1.0\n")
-    result = run_toy(source)
-    assert not result.valid and "sandbox violation: os.kill" in result.error
+    result = run(source)
+    assert result.value is None and "sandbox violation: os.kill" in result.error
 
 
 def test_writes_outside_the_working_directory_leave_no_file():
@@ -149,8 +108,8 @@ def test_writes_outside_the_working_directory_leave_no_file():
         for t in targets)
     source = ("import os\ndef score(xs):\n    open('mine.txt', 'w').close()\n" + attempts
               + f"    os.mkfifo({fifo!r})  # unaudited: cleaned up by uid\n    return 1.0\n")
-    result = run_toy(source)
-    assert not result.valid and "sandbox violation" in result.error
+    result = run(source)
+    assert result.value is None and "sandbox violation" in result.error
     for path in targets + ([fifo] if IS_ROOT else []):
         assert not os.path.lexists(path), path
 
@@ -161,19 +120,19 @@ def test_socket_to_a_local_listener_delivers_nothing():
         source = ("import socket\ndef score(xs):\n"
                   f"    with socket.create_connection(('127.0.0.1', {port}), timeout=1) as s:\n"
                   "        s.sendall(b'leak')\n    return 0.0\n")
-        result = run_toy(source)
+        result = run(source)
         listener.settimeout(0.5)
         with pytest.raises(socket.timeout):
             listener.accept()
-    assert not result.valid and "socket" in result.error
+    assert result.value is None and "socket" in result.error
 
 
 def test_network_namespace_isolates_the_child_without_the_audit_hook():
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
         probe = ("import socket, sys\n"
-                 f"sys.path.insert(0, {os.path.dirname(_sandbox_child.__file__)!r})\n"
-                 "from _sandbox_child import _isolate_network\n"
+                 f"sys.path.insert(0, {os.path.dirname(_child.__file__)!r})\n"
+                 "from _child import _isolate_network\n"
                  "if not _isolate_network():\n    sys.exit(3)\n"
                  f"socket.create_connection(('127.0.0.1', {port}), timeout=1)\n")
         completed = subprocess.run([sys.executable, "-c", probe], capture_output=True,
@@ -188,15 +147,15 @@ def test_network_namespace_isolates_the_child_without_the_audit_hook():
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="privileges are dropped only when running as root")
-def test_candidate_runs_as_an_unprivileged_uid_with_a_binding_process_limit():
-    uid = run_toy("import os\ndef score(xs):\n    return float(os.getuid())\n")
-    assert uid.valid and uid.objective >= sandbox._SANDBOX_UIDS[0]
+def test_code_runs_as_an_unprivileged_uid_with_a_binding_process_limit():
+    uid = run("import os\ndef score(xs):\n    return os.getuid()\n")
+    assert uid.error is None and uid.value >= process.SANDBOX_UIDS[0]
     threads = ("import threading, time\ndef score(xs):\n"
                "    for _ in range(8):\n"
                "        threading.Thread(target=time.sleep, args=(1,), daemon=True).start()\n"
                "    return 0.0\n")
-    result = run_toy(threads, max_processes=4)
-    assert not result.valid and "can't start new thread" in result.error
+    result = run(threads, max_processes=4)
+    assert "can't start new thread" in result.error
 
 
 def _processes_running(command_line):
@@ -217,39 +176,29 @@ def test_process_escaping_the_audit_hook_and_the_group_fails_and_is_killed():
               " (), None, None, -1, -1, -1, -1, -1, -1, *os.pipe(), False, True, -1, None,"
               " None, None, -1, None, True)\n"
               "    time.sleep(0.2)\n    return 1.0\n")
-    result = run_toy(source)
-    assert not result.valid, result
+    result = run(source)
+    assert result.error, result
     time.sleep(0.2)
     assert not _processes_running(b"sleep 314.159")
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="the uid sweep needs root")
 def test_cleanup_kills_processes_that_left_the_process_group():
-    uid = sandbox._SANDBOX_UIDS[1] - 1
+    uid = process.SANDBOX_UIDS[1] - 1
     escaped = subprocess.Popen(["sleep", "60"], user=uid, group=uid,  # own session
                                start_new_session=True)
     try:
-        sandbox._kill_everything(os.getpid() + 10**7, uid)  # no such group
+        process.kill_everything(os.getpid() + 10**7, uid)  # no such group
         assert escaped.wait(timeout=5) == -9
     finally:
         escaped.kill()
 
 
-def test_evaluate_many_keeps_order_and_runs_in_parallel():
-    sources = [f"import time\ndef score(xs):\n    time.sleep(1)\n    return {i}.0\n"
-               for i in range(4)]
-    start = time.monotonic()
-    results = sandbox.evaluate_many(sources, "score", TOY, SPEC, max_workers=4, timeout_s=8)
-    assert [r.objective for r in results] == [0.0, 1.0, 2.0, 3.0]
-    assert time.monotonic() - start < 3.9
-    assert sandbox.evaluate_many([], "score", TOY, SPEC) == []
-
-
 def test_temporary_directories_are_removed():
-    before = set(os.listdir(tempfile.gettempdir()))
-    run_toy("open('left_behind.txt', 'w').write('x')\n" + MEAN)
-    created = set(os.listdir(tempfile.gettempdir())) - before
-    assert not [name for name in created if name.startswith("ahd_sandbox_")]
+    prefix = f"sandbox_{uuid.uuid4().hex}_"
+    result = run("open('left_behind.txt', 'w').write('x')\n" + MEAN, prefix=prefix)
+    assert result.value == 3.0
+    assert not [n for n in os.listdir(tempfile.gettempdir()) if n.startswith(prefix)]
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -259,22 +208,24 @@ def test_temporary_directories_are_removed():
 ])
 def test_bad_limits_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        run_toy(MEAN, **kwargs)
+        run(MEAN, **kwargs)
 
 
-def test_bad_call_arguments_raise():
-    with pytest.raises(ValueError, match="identifier"):
-        sandbox.run_candidate(MEAN, "not a name", TOY, SPEC)
-    with pytest.raises(TypeError, match="source must be a str"):
-        sandbox.run_candidate(b"x", "score", TOY, SPEC)
+def test_a_bad_entry_raises_in_the_caller():
+    with pytest.raises(ModuleNotFoundError):
+        sandbox.run_python("no_such_module_xyz:call", {})
     with pytest.raises(AttributeError):
-        sandbox.run_candidate(MEAN, "score", "ahd_toy_task:NO_SUCH_TASK", SPEC)
-    with pytest.raises(ValueError, match="unknown AHD task 'tsp'; known: .*tsp_constructive"):
-        sandbox.run_candidate(MEAN, "score", "tsp", SPEC)
+        sandbox.run_python("sandbox_entry:no_such_function", {})
+
+
+def test_a_failed_set_up_is_reported():
+    result = sandbox.run_python("sandbox_entry:fail_setup", 7, timeout_s=3)
+    assert result.value is None
+    assert result.error == "sandbox setup failed: RuntimeError: no set-up for 7"
 
 
 def test_guard_allows_reads_and_workdir_writes_only(tmp_path):
-    guard = _sandbox_child.Guard(str(tmp_path))
+    guard = _child.Guard(str(tmp_path))
     assert guard._check("open", ("/etc/hostname", "r", os.O_RDONLY)) is None
     assert guard._check("open", (str(tmp_path / "a"), "w", os.O_WRONLY | os.O_CREAT)) is None
     assert "outside" in guard._check("open", ("/tmp/x", "w", os.O_WRONLY))
@@ -294,3 +245,13 @@ def test_guard_allows_reads_and_workdir_writes_only(tmp_path):
     with pytest.raises(PermissionError, match="sandbox"):
         guard("os.system", ("ls",))
     assert guard.violations == ["os.system is not allowed"]
+
+
+def test_workspace_reports_a_failed_setup():
+    with sandbox.Workspace() as workspace:
+        result = workspace.run("echo hi", shell="/no/such/shell")
+        assert result.error and "sandbox setup failed" in result.error
+        assert result.exit_code == 126 and result.stdout == ""
+        assert workspace.run("echo hi").stdout == "hi\n"
+    with pytest.raises(RuntimeError, match="closed"):
+        workspace.run("echo hi")

@@ -1,39 +1,39 @@
-"""The sandboxed side of `sandbox.run_candidate`: runs one candidate heuristic.
+"""The sandboxed side of every sandbox run: one Python call or one shell command.
 
-Started by the parent as ``python -I -B _sandbox_child.py JOB_JSON RESULT_FD`` in a
-new session. Until the candidate runs, this is trusted code and imports only the
-standard library (the package is imported after ``sys.path`` is set from the job).
-In order, it:
+Started by the parent (``process.start_child``) as ``python -I -B _child.py JOB_JSON
+RESULT_FD`` in a new session. Until the sandboxed code runs, this is trusted code and
+imports only the standard library (the job's entry module is imported after ``sys.path``
+is set from the job). A Python job (from ``programs.run_python``), in order:
 
 1. moves into a fresh network namespace (``unshare(CLONE_NEWNET)``; with
    ``CLONE_NEWUSER`` too when not root; skipped where the kernel refuses);
 2. applies the resource limits (CPU, address space, file size, processes, open files,
    no core dumps);
-3. imports the task and loads or generates the instances (and ``evaluate`` options);
+3. loads the pickled payload and calls the job's entry (``"package.module:function"``)
+   on it: trusted set-up (e.g. loading a task and its instances) that returns the call to
+   sandbox;
 4. when started as root, drops to the job's unprivileged uid/gid (no supplementary
    groups, ``no_new_privs``), after re-rooting import paths that uid could not read;
 5. installs an audit hook (`Guard`) that vetoes sockets, process creation, signals,
    ctypes, limit changes and file-system writes outside the working directory;
-6. executes the source, calls the task's ``evaluate`` and writes one JSON line
-   ``{"nonce", "valid", "objective", "error"}`` to RESULT_FD, then ``os._exit(0)``.
+6. makes the call and writes one JSON line ``{"nonce", "value", "error"}`` to RESULT_FD,
+   then ``os._exit(0)``.
 
-Any blocked action marks the run as failed even when the candidate catches the error.
+Any blocked action fails the call even when the sandboxed code catches the error.
 
-A job with a ``command`` (from `sandbox.Workspace.run`) takes steps 1, 2 and 4, moves into
-the working directory and replaces itself with ``SHELL -c COMMAND`` (no audit hook: the
-shell is not Python); the result descriptor is closed by the exec and written only when
-the setup or the exec fails.
+A job with a ``command`` (from ``workspace.Workspace.run``) takes steps 1, 2 and 4, moves
+into the working directory and replaces itself with ``SHELL -c COMMAND`` (no audit hook:
+the shell is not Python); the result descriptor is closed by the exec and written only
+when the setup or the exec fails.
 Threat model: this protects the host from buggy or hostile code; it does not claim that
-a candidate cannot tamper with its own score from inside the same interpreter (the
+the code cannot tamper with its own result from inside the same interpreter (the
 per-run nonce only rules out naive forgeries).
 """
 
-import builtins
 import ctypes
 import importlib
 import json
 import math
-import numbers
 import os
 import pickle
 import resource
@@ -74,22 +74,18 @@ def describe_exception(exc):
     return text[:_MAX_ERROR_CHARS]
 
 
-def resolve_task(task_ref):
-    """The task object for a registry name or a ``"package.module:attribute"`` path."""
-    if ":" in task_ref:
-        module_name, _, attribute = task_ref.partition(":")
-        task = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            task = getattr(task, part)
-        return task
-    tasks = importlib.import_module("agentic_esopt.envs.ahd.tasks").TASKS
-    if task_ref not in tasks:
-        raise ValueError(f"unknown AHD task {task_ref!r}; known: {sorted(tasks)}")
-    return tasks[task_ref]
+def resolve(reference):
+    """The object a ``"package.module:attribute"`` reference names (attributes may be
+    dotted)."""
+    module_name, _, attribute = reference.partition(":")
+    target = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    return target
 
 
 class Guard:
-    """Audit hook that vetoes (and remembers) anything a heuristic has no need to do."""
+    """Audit hook that vetoes (and remembers) anything sandboxed code has no need to do."""
 
     def __init__(self, workdir):
         self._root = os.path.realpath(workdir)
@@ -211,62 +207,33 @@ def _drop_privileges(uid):
     libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # keeps /proc/self/fd usable after setuid
 
 
-def _load_payload(task, path):
-    """(instances, evaluate options) from the pickled payload the parent wrote."""
-    with open(path, "rb") as file:
-        payload = pickle.load(file)
-    if "generate" in payload:
-        return task.generate_instances(*payload["generate"]), payload["options"]
-    return payload["instances"], payload["options"]
-
-
-def _finite_objective(value):
-    """(objective, None) for a finite real number, else (None, reason)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None, f"objective has type {type(value).__name__}, expected a real number"
-    value = float(value)
-    if not math.isfinite(value):
-        return None, f"objective is not finite ({value})"
-    return value, None
-
-
-def _evaluate_candidate(source, function_name, task, instances, options, guard):
-    """Runs the candidate; returns (objective, error) with exactly one of them set."""
-    import numpy  # pylint: disable=import-outside-toplevel  # Loaded with the task already.
-    # Small models often use np without importing it; the prompt says np is available.
-    namespace = {"__name__": "candidate", "__builtins__": builtins, "np": numpy,
-                 "math": math}
-    objective, error = None, None
-    try:
-        exec(compile(source, "<candidate>", "exec"), namespace)
-        heuristic = namespace.get(function_name)
-        if callable(heuristic):
-            objective, error = _finite_objective(
-                task.evaluate(heuristic, instances, **options))
-        else:
-            defined = sorted(k for k, v in namespace.items() if callable(v) and k[0] != "_")
-            error = f"no function named {function_name!r} (defines: {defined})"
-    except BaseException as exc:  # pylint: disable=broad-except  # SystemExit included.
-        objective, error = None, describe_exception(exc)
-    if guard.violations:
-        return None, f"sandbox violation: {guard.violations[0]}"
-    return objective, error
-
-
-def _run_job(job):
+def _prepare(job):
+    """Steps 1-5 of a Python job: returns (the call to make, the installed guard)."""
     _isolate_network()
     _apply_limits(job["limits"])
     sys.path[:] = job["sys_path"]
-    task = resolve_task(job["task"])
-    instances, options = _load_payload(task, job["payload"])
+    with open(job["payload"], "rb") as file:
+        payload = pickle.load(file)
+    call = resolve(job["entry"])(payload)
     os.umask(0o077)
     if job["uid"] is not None:
         _reroot_unreadable_import_paths()
         _drop_privileges(job["uid"])
     guard = Guard(job["workdir"])
     sys.addaudithook(guard)
-    return _evaluate_candidate(job["source"], job["function_name"], task, instances,
-                               options, guard)
+    return call, guard
+
+
+def _guarded_call(call, guard):
+    """(value, None) of ``call()``, or (None, why it failed or what it tried)."""
+    value, error = None, None
+    try:
+        value = call()
+    except BaseException as exc:  # pylint: disable=broad-except  # SystemExit included.
+        error = describe_exception(exc)
+    if guard.violations:
+        return None, f"sandbox violation: {guard.violations[0]}"
+    return value, error
 
 
 def _exec_command(job, result_fd):
@@ -287,7 +254,7 @@ def main(job_path, result_fd):
     """Runs the job in `job_path` and reports on `result_fd`; never returns."""
     with open(job_path, encoding="utf-8") as file:
         job = json.load(file)
-    write, dumps = os.write, json.dumps  # bound before any candidate code runs
+    write, dumps = os.write, json.dumps  # bound before any sandboxed code runs
     if "command" in job:
         try:
             _exec_command(job, result_fd)
@@ -299,18 +266,23 @@ def main(job_path, result_fd):
                 pass
             os._exit(126)
     try:
-        objective, error = _run_job(job)
+        call, guard = _prepare(job)
     except BaseException as exc:  # pylint: disable=broad-except
-        objective, error = None, f"sandbox setup failed: {describe_exception(exc)}"
-    report = {"nonce": job["nonce"], "valid": error is None, "objective": objective,
-              "error": error}
+        value, error = None, f"sandbox setup failed: {describe_exception(exc)}"
+    else:
+        value, error = _guarded_call(call, guard)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except BaseException:  # pylint: disable=broad-except  # a replaced stream.
             pass
-    write(result_fd, (dumps(report) + "\n").encode())
-    os._exit(0)  # skips atexit handlers and non-daemon threads the candidate left
+    try:
+        line = dumps({"nonce": job["nonce"], "value": value, "error": error})
+    except (TypeError, ValueError) as exc:
+        line = dumps({"nonce": job["nonce"], "value": None,
+                      "error": f"the result is not JSON: {describe_exception(exc)}"})
+    write(result_fd, (line + "\n").encode())
+    os._exit(0)  # skips atexit handlers and non-daemon threads the code left
 
 
 if __name__ == "__main__":
