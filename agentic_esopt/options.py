@@ -11,6 +11,7 @@ section before any compute.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -67,7 +68,7 @@ def build(cls: type[T], values: Mapping[str, Any], section: str) -> tuple[T | No
     own ``problems()`` method, when it has one.
     """
     types = field_types(cls)
-    problems = [f"{section}: unknown option {key!r}; options are {sorted(types)}"
+    problems = [f"{section}: {unknown(key, types, 'option')}"
                 for key in sorted(set(values) - set(types))]
     kwargs = {}
     for name, value in values.items():
@@ -87,6 +88,16 @@ def build(cls: type[T], values: Mapping[str, Any], section: str) -> tuple[T | No
     own = record.problems() if hasattr(record, "problems") else []
     problems = [f"{section}.{p}" for p in own]
     return (None, problems) if problems else (record, [])
+
+
+def unknown(name: str, choices: Any, what: str) -> str:
+    """"unknown <what> 'name'", naming the closest of ``choices`` (or all of them)."""
+    if not choices:
+        return f"unknown {what} {name!r}; there are none here"
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    if close:
+        return f"unknown {what} {name!r}; did you mean {close[0]!r}?"
+    return f"unknown {what} {name!r}; choose one of {sorted(choices)}"
 
 
 def build_or_raise(cls: type[T], values: Mapping[str, Any], section: str) -> T:

@@ -19,14 +19,11 @@ import os
 import sys
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from agentic_esopt import envs, training
 from experiments import launch
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/ahd.py",
-                                          "Config file (get_config() -> ConfigDict).",
-                                          lock_config=True)
+_CONFIG = launch.define_config("experiments/configs/ahd.py")
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/ahd/run", "Run directory; rerunning "
                                                               "resumes there.")
 _TASK = flags.DEFINE_string("task", None, "Shorthand for --config.env.task.")
@@ -70,5 +67,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    launch.quiet_startup()
-    app.run(main)
+    launch.run(main)

@@ -3,7 +3,7 @@ r"""A grid of AHD runs (methods × tasks × sizes × seeds) and the matched-base
 Every run is the trainer on the AHD config (``--config`` and its dotted overrides set
 what the runs share), in-process with one loaded model, in
 ``<workdir>/<task>_<size>/<method>/seed<k>``; finished runs are reused and interrupted
-ones resume. A method is a search (``eoh``, ``sample``) alone (``update.name=none``) or
+ones resume. A method is a search (``eoh``, ``sample``) alone (``rule.name=none``) or
 with ES (``eoh_es``, ``sample_es``); each generation answers one batch of the same size
 either way, so methods compare at the same LLM-call budget. Then, for each (task, size)
 and search, the table compares search+ES with the search alone (mean ± std over seeds of
@@ -22,7 +22,6 @@ import sys
 import time
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from agentic_esopt import models, training
 from agentic_esopt.envs.ahd.tasks import TASKS
@@ -30,9 +29,8 @@ from experiments import ahd_table, launch
 
 METHODS = ("eoh", "eoh_es", "sample", "sample_es")
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/ahd.py",
-                                          "Config shared by every run of the grid.",
-                                          lock_config=True)
+_CONFIG = launch.define_config("experiments/configs/ahd.py",
+                               "Config shared by every run of the grid.")
 _TASKS = flags.DEFINE_list("tasks", ["tsp_constructive", "kp_constructive"],
                            "Tasks, each 'name' or 'name:size'.")
 _METHODS = flags.DEFINE_list("methods", list(METHODS), f"Methods, from {METHODS}.")
@@ -69,7 +67,7 @@ def grid_configs() -> list[tuple[str, training.TrainConfig]]:
                 try:
                     runs.append((method, shared.replace(
                         env={"task": task, "size": size, "search": method.removesuffix("_es")},
-                        update={"name": "es" if method.endswith("_es") else "none"},
+                        rule={"name": "es" if method.endswith("_es") else "none"},
                         run={"seed": _as_int(seed, "--seeds entries")})))
                 except ValueError as error:
                     problems.append(str(error))
@@ -119,5 +117,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    launch.quiet_startup()
-    app.run(main)
+    launch.run(main)

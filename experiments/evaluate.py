@@ -51,5 +51,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    launch.quiet_startup()
-    app.run(main)
+    launch.run(main)

@@ -15,14 +15,11 @@ its workdir. With ``--config.distributed.*`` set, every process runs this same c
 from collections.abc import Sequence
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from agentic_esopt import sharding, training
 from experiments import launch
 
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/cpu_default.py",
-                                          "Config file (get_config() -> ConfigDict).",
-                                          lock_config=True)
+_CONFIG = launch.define_config("experiments/configs/cpu_default.py")
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/cpu_default",
                                "Folder for checkpoints, history, metrics and reports; "
                                "rerunning resumes there.")
@@ -39,5 +36,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    launch.quiet_startup()
-    app.run(main)
+    launch.run(main)

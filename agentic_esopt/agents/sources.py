@@ -9,8 +9,8 @@ A reward source is what an update rule asks for rewards each generation. Two exi
   member answers its share of the batch's prompts and is rewarded by its offspring
   (``member_rewards``). Evaluation scores the best heuristic on held-out instances.
 
-Both share one interface (``rewards``, ``evaluate``, ``state`` / ``restore``) so the
-trainer runs either with any update rule. A source's ``state()`` is JSON and is
+Both share one interface (``rewards``, ``evaluate``, ``state`` / ``restore``, ``close``)
+so the trainer runs either with any update rule. A source's ``state()`` is JSON and is
 checkpointed with the update rule's state, so a resumed run continues bitwise.
 
 On several processes (``jax.distributed``) ``EpisodeRewards.rewards`` plays only this
@@ -33,7 +33,7 @@ import numpy as np
 
 from agentic_esopt import sharding
 from agentic_esopt.agents import eoh, rollout, skills
-from agentic_esopt.models.kv_cache import ConversationCache
+from agentic_esopt.models.kv_cache import Conversation, ConversationCache
 
 PyTree = Any
 
@@ -69,6 +69,9 @@ class RewardSource(Protocol):
     def restore(self, state: dict[str, Any]) -> None:
         """Continues from a ``state()`` taken at a checkpoint."""
 
+    def close(self) -> None:
+        """Releases the task source's processes (browsers); safe to call again."""
+
 
 def num_members(population: Any) -> int:
     """Members of a population (1 for the unperturbed policy, ``population=None``)."""
@@ -84,12 +87,14 @@ class EpisodeRewards:
       options: the rollout settings.
       eval_temperature: sampling temperature of held-out evaluation.
       generate: ``models.generate`` or a stand-in.
+      eval_repeats: episodes per held-out task (independent samples), pooled.
     """
 
     source: Any
     options: rollout.Options
     eval_temperature: float
     generate: rollout.Generate
+    eval_repeats: int = 1
 
     @property
     def system_prompt(self) -> str | None:
@@ -133,7 +138,8 @@ class EpisodeRewards:
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
         trajectories = self._play(model, None, self.source.eval_tasks, self.eval_temperature,
-                                  key, generation, trajectory_path, range(1))
+                                  key, generation, trajectory_path,
+                                  range(self.eval_repeats))
         return episode_statistics(trajectories)
 
     def state(self) -> dict[str, Any]:
@@ -141,6 +147,9 @@ class EpisodeRewards:
 
     def restore(self, state: dict[str, Any]) -> None:
         del state  # Tasks are a function of (seed, generation): nothing to restore.
+
+    def close(self) -> None:
+        self.source.close()
 
 
 def gather_trajectories(trajectories: list[rollout.Trajectory]) -> list[rollout.Trajectory]:
@@ -248,10 +257,11 @@ class SearchRewards:
         def llm(prompts, members):
             output = self.generate(
                 model, [chat_prompt(model.tokenizer, p) for p in prompts], key=key,
-                **rollout.sampling(self.options, self.options.temperature),
+                sampling=rollout.sampling(self.options, self.options.temperature),
                 population=population,
                 members=None if population is None else np.asarray(members, np.int32),
-                cache=cache, rows=None if cache is None else list(range(len(prompts))))
+                conversation=None if cache is None else Conversation(
+                    cache, list(range(len(prompts)))))
             return output.texts
         return llm
 
@@ -289,3 +299,6 @@ class SearchRewards:
     def restore(self, state: dict[str, Any]) -> None:
         self._state = eoh.state_from_json(state)
         self._cache = eoh.restore_log(self.run_dir, self._state.call_count)
+
+    def close(self) -> None:
+        self.source.close()

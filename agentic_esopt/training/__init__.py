@@ -1,12 +1,13 @@
 """The one run loop: config sections, update rules, checkpoints, metrics and reports."""
 
 from agentic_esopt.training import (checkpoint, config, evaluation, files, metrics, report,
-                                    trainer, updates)
-from agentic_esopt.training.config import TrainConfig, make_strategy
+                                    rules, trainer)
+from agentic_esopt.training.config import TrainConfig
+from agentic_esopt.training.rules.es import make_strategy
 from agentic_esopt.training.evaluation import evaluate_skill_effect, evaluate_workdir
 from agentic_esopt.training.files import RunFiles
 from agentic_esopt.training.trainer import TrainResult, train
 
 __all__ = ["RunFiles", "TrainConfig", "TrainResult", "checkpoint", "config",
            "evaluate_skill_effect", "evaluate_workdir", "evaluation", "files", "make_strategy",
-           "metrics", "report", "train", "trainer", "updates"]
+           "metrics", "report", "rules", "train", "trainer"]

@@ -32,10 +32,10 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from absl import logging
 
-from agentic_esopt import es, sharding
+from agentic_esopt import sharding
 from agentic_esopt.fileio import atomic_write_text
 from agentic_esopt.training import config as config_lib
-from agentic_esopt.training import metrics, updates
+from agentic_esopt.training import metrics, rules
 from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
 
@@ -122,7 +122,7 @@ def _orbax_errors_silenced():
             handler.removeFilter(drop)
 
 
-def state_checksum(state: es.ESState) -> int:
+def state_checksum(state: Any) -> int:
     """CRC32 over every leaf's dtype, shape and bytes, in tree order."""
     crc = 0
     for leaf in jax.tree.leaves(state):
@@ -240,7 +240,7 @@ def restore_workdir_state(files: RunFiles, config: TrainConfig, params: Any) -> 
       config: the run's config (gives the state's structure).
       params: the model's initial parameters (shapes and dtypes of the template).
     """
-    template = updates.make_rule(config).init(params)
+    template = rules.make(config).init(params)
     checkpointer = Checkpointer(files.checkpoints)
     try:
         restored = checkpointer.restore_latest(template)
@@ -268,10 +268,11 @@ def _aside(steps: list[int]) -> str:
     return f" (checkpoints {steps} set aside)" if steps else ""
 
 
-def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
+def resume(files: RunFiles, config: TrainConfig, rule: rules.Rule, source: Any,
            checkpointer: Checkpointer, initial: Any, primary: bool = True
-           ) -> tuple[Any, Any]:
-    """The state to continue a run from, and its history writer (None without history).
+           ) -> tuple[Any, rules.base.HistoryRecorder | None]:
+    """The state to continue a run from, and its history recorder (None if the rule keeps
+    no history, or on processes that do not write).
 
     The run continues from the newest state that the history and the checkpoints both
     support: the newest usable checkpoint at or before the history's last intact
@@ -284,7 +285,7 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
     Args:
       files: the workdir's files.
       config: the run's config (written into a new history).
-      rule: the update rule (``updates.make_rule``).
+      rule: the update rule (``rules.make``).
       source: the reward source; its state is restored from the checkpoint.
       checkpointer: the run's checkpoints.
       initial: the rule's initial state (also the restore template).
@@ -292,9 +293,9 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
         the history); the others only read, and every process waits for every other to
         have read before anything is trimmed.
     """
-    header, records, damage = (es.history.read_intact(files.history) if rule.writes_history
-                               else (None, [], None))
-    max_step = len(records) if rule.writes_history else None
+    history = rule.history(files.history)
+    header, records, damage = history.read() if history else (None, [], None)
+    max_step = len(records) if history else None
     newer = [step for step in checkpointer.steps() if max_step is not None and step > max_step]
     if damage is not None:
         logging.warning("%s; resuming at or before it%s", damage, _aside(newer))
@@ -316,7 +317,7 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
         (logging.info if candidates or damage or newer else logging.warning)(
             "no usable checkpoint at or before generation %d; replaying the history",
             len(records))
-        state = es.history.replay_records(initial.params, header, records, rule.strategy)
+        state = history.replay(initial, header, records)
     else:
         source.restore(source.state())
     if int(state.generation) < len(records):
@@ -327,10 +328,7 @@ def resume(files: RunFiles, config: TrainConfig, rule: Any, source: Any,
     if not primary:
         return state, None
     trim_run_files(files, start)
-    if not rule.writes_history:
+    if history is None:
         return state, None
-    if start == 0 or header is None:
-        return state, es.history.HistoryWriter.create(
-            files.history, rule.strategy.spec, es.strategy.raw_key(rule.run_key),
-            config=config.to_dict())
-    return state, es.history.HistoryWriter.resume(files.history, header, records[:start])
+    return state, history.recorder(header if start else None, records[:start],
+                                   config.to_dict())

@@ -9,7 +9,7 @@ workdir's ``config.json``) with the sections
   rollout  how agents play: turns, tokens, sampling, history, skill (``agents.rollout.Options``)
   eval     held-out evaluation                                    (``EvalOptions``, here)
   env      ``name`` plus that environment's own options           (the env's ``Options``)
-  update   the update rule: ``name`` = es | grpo | none, GRPO's settings (``UpdateOptions``)
+  rule     ``name`` (es | grpo | none, ``training.rules``) plus that rule's own options
   mesh     the device mesh and parameter sharding rules           (``sharding.MeshOptions``)
   distributed  the processes of a multi-host run                  (``sharding.DistributedOptions``)
 
@@ -33,10 +33,10 @@ from agentic_esopt import options as options_lib
 from agentic_esopt.agents import rollout
 from agentic_esopt.es import strategy as es_strategy
 from agentic_esopt.models import loading
+from agentic_esopt.training import rules
 
 # Independent key streams derived from the seed.
 ES_STREAM, TRAIN_SAMPLING_STREAM, EVAL_SAMPLING_STREAM, GRPO_SHUFFLE_STREAM = 0, 1, 2, 3
-UPDATE_RULES = ("es", "grpo", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +70,8 @@ class EvalOptions:
     split: str = options_lib.field("eval", "Held-out split: eval or test.")
     temperature: float = options_lib.field(0.0, "Sampling temperature of evaluation "
                                                 "rollouts (0 = greedy).")
+    repeats: int = options_lib.field(1, "Episodes per held-out task (independent samples; "
+                                        "the reference's Sudoku evaluation uses 3).")
 
     def problems(self) -> list[str]:
         problems: list[str] = []
@@ -79,54 +81,17 @@ class EvalOptions:
               f"split must be one of {envs.base.EVAL_SPLITS} (never the training split), "
               f"got {self.split!r}")
         check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
-        return problems
-
-
-@dataclasses.dataclass(frozen=True)
-class UpdateOptions:
-    """Which update rule turns rewards into new parameters, and GRPO's settings (the
-    ``es`` section configures ES)."""
-
-    name: str = options_lib.field("es", "es (the population update), grpo (the policy-"
-                                        "gradient baseline) or none (the unperturbed "
-                                        "policy acts, nothing is learned).")
-    group_size: int = options_lib.field(8, "GRPO: sampled episodes per task (G); tasks per "
-                                           "step are rollout.tasks_per_generation.")
-    learning_rate: float = options_lib.field(1e-6, "GRPO: AdamW learning rate.")
-    weight_decay: float = options_lib.field(0.0, "GRPO: AdamW decoupled weight decay.")
-    clip_epsilon: float = options_lib.field(0.2, "GRPO: ratio clip ε, ρ ∈ [1-ε, 1+ε].")
-    kl_beta: float = options_lib.field(1e-3, "GRPO: weight β of the k3 KL estimate against "
-                                             "the frozen initial parameters.")
-    minibatch_size: int = options_lib.field(8, "GRPO: turns (prompt + reply sequences) per "
-                                               "optimiser step.")
-    epochs: int = options_lib.field(1, "GRPO: passes over a step's turns.")
-    max_grad_norm: float = options_lib.field(1.0, "GRPO: clip the gradient's global norm "
-                                                  "(0 = off).")
-    remat: bool = options_lib.field(True, "GRPO: recompute layer activations in the "
-                                          "backward pass (gradient checkpointing).")
-
-    def problems(self) -> list[str]:
-        problems: list[str] = []
-        check = options_lib.checker(problems)
-        check(self.name in UPDATE_RULES,
-              f"name: unknown update rule {self.name!r}; choose one of {UPDATE_RULES}")
-        check(self.group_size >= 2, f"group_size must be >= 2 (advantages compare samples "
-                                    f"of a task), got {self.group_size}")
-        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        check(self.clip_epsilon > 0, f"clip_epsilon must be > 0, got {self.clip_epsilon}")
-        check(self.kl_beta >= 0, f"kl_beta must be >= 0, got {self.kl_beta}")
-        check(self.minibatch_size >= 1,
-              f"minibatch_size must be >= 1, got {self.minibatch_size}")
-        check(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")
-        check(self.max_grad_norm >= 0,
-              f"max_grad_norm must be >= 0, got {self.max_grad_norm}")
+        check(self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}")
+        check(self.repeats == 1 or self.temperature > 0,
+              f"repeats={self.repeats} of greedy evaluation give the same episodes; set "
+              "eval.temperature > 0")
         return problems
 
 
 SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_strategy.Options,
-            "rollout": rollout.Options, "eval": EvalOptions, "update": UpdateOptions,
+            "rollout": rollout.Options, "eval": EvalOptions,
             "mesh": sharding.MeshOptions, "distributed": sharding.DistributedOptions}
+NAMED_SECTIONS = ("env", "rule")  # ``name`` + that environment's / rule's own options
 LAYOUT_SECTIONS = ("mesh", "distributed")
 
 
@@ -141,16 +106,17 @@ class TrainConfig:
     eval: EvalOptions
     env_name: str
     env: Any
-    update: UpdateOptions
+    rule_name: str
+    rule: Any
     mesh: sharding.MeshOptions
     distributed: sharding.DistributedOptions
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
-        """Builds and checks every section; ValueError lists every problem found."""
-        problems = [f"unknown config section {name!r}; sections are "
-                    f"{sorted([*SECTIONS, 'env'])}"
-                    for name in sorted(set(values) - set(SECTIONS) - {"env"})]
+        """Builds and checks every section; ValueError lists every problem found (on one
+        line when there is one)."""
+        problems = [_unknown_section(name)
+                    for name in sorted(set(values) - set(SECTIONS) - set(NAMED_SECTIONS))]
         built = {}
         for name, section_cls in SECTIONS.items():
             built[name], found = options_lib.build(section_cls, values.get(name, {}), name)
@@ -159,11 +125,17 @@ class TrainConfig:
         env_name = env_values.pop("name", "sudoku")
         built["env"], found = envs.build_options(env_name, env_values)
         problems += found
+        rule_values = dict(values.get("rule", {}))
+        rule_name = rule_values.pop("name", "es")
+        built["rule"], found = rules.build_options(rule_name, rule_values)
+        problems += found
         if not problems:
-            problems += _cross_section_problems(built)
+            problems += _cross_section_problems(built) + rules.config_problems(rule_name, built)
+        if len(problems) == 1:
+            raise ValueError(f"invalid configuration: {problems[0]}")
         if problems:
             raise ValueError("invalid configuration:\n  " + "\n  ".join(problems))
-        return cls(env_name=env_name, **built)
+        return cls(env_name=env_name, rule_name=rule_name, **built)
 
     def to_dict(self) -> dict[str, Any]:
         """The nested, JSON-serialisable form ``from_dict`` reads back."""
@@ -172,16 +144,20 @@ class TrainConfig:
                 "rollout": options_lib.as_dict(self.rollout),
                 "eval": options_lib.as_dict(self.eval),
                 "env": {"name": self.env_name, **options_lib.as_dict(self.env)},
-                "update": options_lib.as_dict(self.update),
+                "rule": {"name": self.rule_name, **options_lib.as_dict(self.rule)},
                 "mesh": options_lib.as_dict(self.mesh),
                 "distributed": options_lib.as_dict(self.distributed)}
 
     def replace(self, **sections: Mapping[str, Any]) -> "TrainConfig":
         """A copy with some fields of some sections changed, checked again, e.g.
-        ``config.replace(eval={"size": 64}, env={"mask_count": 4})``."""
+        ``config.replace(eval={"size": 64}, env={"mask_count": 4})``; naming another
+        env or rule starts that section from its defaults."""
         values = self.to_dict()
         for name, changes in sections.items():
-            values[name] = {**values.get(name, {}), **changes}
+            current = values.get(name, {})
+            renamed = (name in NAMED_SECTIONS  # another env or rule: its own defaults
+                       and changes.get("name", current.get("name")) != current.get("name"))
+            values[name] = dict(changes) if renamed else {**current, **changes}
         return TrainConfig.from_dict(values)
 
     @property
@@ -191,28 +167,19 @@ class TrainConfig:
                            self.eval.split)
 
 
+def _unknown_section(name: str) -> str:
+    if name == "update":
+        return ("the update section is called rule: use --config.rule.name=es|grpo|none "
+                "and --config.rule.<option> (GRPO's options) in place of --config.update.*")
+    return options_lib.unknown(name, [*SECTIONS, *NAMED_SECTIONS], "config section")
+
+
 def _cross_section_problems(built: Mapping[str, Any]) -> list[str]:
-    """Problems that involve more than one section."""
-    problems: list[str] = []
+    """Problems that involve more than one section (a rule's own: ``rules``)."""
     warmup, generations = built["es"].sigma_warmup, built["run"].generations
-    check = options_lib.checker(problems)
-    check(warmup < generations,
-          f"es.sigma_warmup ({warmup}) must be < run.generations ({generations})")
-    check(built["update"].name != "grpo" or built["rollout"].temperature > 0,
-          "update.name=grpo samples a group per task: rollout.temperature must be > 0")
-    distributed = built["distributed"]
-    processes = distributed.num_processes or 1
-    check(built["update"].name != "grpo" or (processes == 1 and not distributed.auto),
-          "update.name=grpo runs on one process (its turns are not gathered across hosts)")
-    check(built["update"].name != "es" or built["es"].population_size >= processes,
-          f"es.population_size ({built['es'].population_size}) must be >= "
-          f"distributed.num_processes ({processes}): each process plays its own members")
-    return problems
-
-
-def make_strategy(config: TrainConfig) -> es_strategy.Strategy:
-    """The ES strategy of a config (σ schedule over ``run.generations``)."""
-    return es_strategy.from_options(config.es, config.run.generations)
+    if warmup >= generations:
+        return [f"es.sigma_warmup ({warmup}) must be < run.generations ({generations})"]
+    return []
 
 
 def stream_key(config: TrainConfig, stream: int) -> jax.Array:

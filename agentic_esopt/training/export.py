@@ -13,8 +13,8 @@ import json
 import os
 from typing import Any
 
-from agentic_esopt import es, models
-from agentic_esopt.training import updates
+from agentic_esopt import models
+from agentic_esopt.training import rules
 from agentic_esopt.training.checkpoint import Checkpointer, load_config
 from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
@@ -28,7 +28,8 @@ def run_params(files: RunFiles, config: TrainConfig, initial_params: Any,
     Raises:
       FileNotFoundError: the run holds that generation in no checkpoint and no history.
     """
-    template = updates.make_rule(config).init(initial_params)
+    rule = rules.make(config)
+    template = rule.init(initial_params)
     checkpointer = Checkpointer(files.checkpoints)
     try:
         steps = checkpointer.steps()
@@ -44,20 +45,20 @@ def run_params(files: RunFiles, config: TrainConfig, initial_params: Any,
         return restored[0].params, int(restored[0].generation)
     if generation == 0:
         return initial_params, 0
-    recorded = (len(es.history.read(files.history)[1]) if os.path.isfile(files.history)
-                else 0)
-    wanted = recorded if generation is None else generation
-    if not 1 <= wanted <= recorded:
+    history = rule.history(files.history)
+    header, records, _ = history.read() if history else (None, [], None)
+    wanted = len(records) if generation is None else generation
+    if not 1 <= wanted <= len(records):
         raise FileNotFoundError(
             f"{files.workdir}: no parameters for generation "
             f"{'(newest)' if generation is None else generation}: checkpoints hold "
-            f"{steps or 'none'}, the history holds {recorded} generations")
-    return es.history.replay(initial_params, files.history, generations=wanted), wanted
+            f"{steps or 'none'}, the history holds {len(records)} generations")
+    return history.replay(template, header, records[:wanted]).params, wanted
 
 
 def readme(config: TrainConfig, files: RunFiles, generation: int, command: str) -> str:
     """The exported folder's README.md."""
-    lines = [f"# Fine-tuned with agentic_esopt ({config.update.name})", "",
+    lines = [f"# Fine-tuned with agentic_esopt ({config.rule_name})", "",
              f"- Base model: `{config.model.name}`",
              f"- Environment: `{config.env_name}` {json.dumps(config.to_dict()['env'])}",
              f"- Generations: {generation} of {config.run.generations}"]

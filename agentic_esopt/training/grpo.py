@@ -1,5 +1,5 @@
 """GRPO's mathematics: group advantages, turn batches, the clipped loss and AdamW steps
-(the rule itself is ``training.updates.GRPORule``).
+(the rule itself is ``training.rules.grpo``).
 
 Each step samples ``group_size`` episodes of each of the generation's tasks with the
 current parameters (the rollouts keep every turn's prompt ids, reply ids and sampling

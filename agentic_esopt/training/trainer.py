@@ -2,7 +2,7 @@
 
 Per generation t the update rule asks the reward source for rewards (ES: the population
 around θ_t plays the generation's tasks, or answers one search batch) and applies its
-update. The loop records each generation in the es history (ES rules), metrics.jsonl,
+update. The loop records each generation in the rule's history (ES's), metrics.jsonl,
 TensorBoard and the log; checkpoints the rule's state and the source's state every K
 generations; evaluates the unperturbed parameters at the start, every E generations and
 at the end; and writes the reward curve and the summary. Rerunning the same config in the
@@ -30,7 +30,7 @@ from absl import logging
 from agentic_esopt import agents, envs, es, models, sharding
 from agentic_esopt.agents import eoh
 from agentic_esopt.training import config as config_lib
-from agentic_esopt.training import report, updates
+from agentic_esopt.training import report, rules
 from agentic_esopt.training.checkpoint import Checkpointer, resume, save_or_check_config
 from agentic_esopt.training.config import TrainConfig
 from agentic_esopt.training.files import RunFiles
@@ -45,28 +45,36 @@ class TrainResult(NamedTuple):
 
 
 def make_reward_source(config: TrainConfig, files: RunFiles,
-                       generate: agents.rollout.Generate) -> agents.sources.RewardSource:
-    """The reward source of ``config.env``: episodes, or a heuristic search for AHD."""
+                       generate: agents.rollout.Generate,
+                       search_members: int | None = 1) -> agents.sources.RewardSource:
+    """The reward source of ``config.env``: episodes, or a heuristic search for AHD.
+
+    Args:
+      config: the run.
+      files: the workdir's files (a search keeps its programs log there).
+      generate: ``models.generate`` or a stand-in.
+      search_members: members that answer a search batch (the rule's
+        ``search_members``; None: the rule needs multi-turn episodes).
+    """
     source = envs.registry.make_from_options(config.env_name, config.env, config.splits)
     if isinstance(source, envs.TaskSource):
         return agents.sources.EpisodeRewards(source, config.rollout, config.eval.temperature,
-                                             generate)
-    if config.update.name == "grpo":
-        raise ValueError(f"update.name=grpo trains on multi-turn episodes; environment "
-                         f"{config.env_name!r} is a heuristic search (use es or none)")
+                                             generate, config.eval.repeats)
+    if search_members is None:
+        raise ValueError(f"rule.name={config.rule_name} trains on multi-turn episodes; "
+                         f"environment {config.env_name!r} is a heuristic search")
     if jax.process_count() > 1:
         raise ValueError(f"environment {config.env_name!r} is a heuristic search, which "
                          "runs on one process")
-    members = config.es.population_size if config.update.name == "es" else 1
     budget = sys.maxsize  # run.generations bounds the search: one batch per generation
     if config.env.search == "eoh":
         search = eoh.EoHConfig(population_size=config.env.eoh_population, budget=budget,
                                offspring_per_operator=config.es.population_size,
-                               num_members=members, seed=config.run.seed)
+                               num_members=search_members)
     else:
         search = eoh.SampleConfig(
             budget=budget, batch_size=config.es.population_size * config.env.samples_per_member,
-            num_members=members)
+            num_members=search_members)
     return agents.sources.SearchRewards(source, search, config.rollout, generate,
                                         files.workdir, config.run.seed)
 
@@ -76,20 +84,22 @@ def is_due(generations_done: int, every: int, total: int) -> bool:
     return generations_done % every == 0 or generations_done == total
 
 
-def check_scope(scope: str, params: Any) -> None:
-    """Raises ValueError if ``scope`` selects no parameter leaf."""
-    leaves = jax.tree_util.tree_flatten_with_path(params)[0]
-    if not any(es.noise.in_scope(scope, jax.tree_util.keystr(path), leaf)
-               for path, leaf in leaves):
-        raise ValueError(f"scope {scope!r} matches no parameter; paths look like "
-                         f"{jax.tree_util.keystr(leaves[0][0])}")
+def placed_model(config: TrainConfig, model: models.Model | None,
+                 layout: sharding.Layout | None) -> models.Model:
+    """``model`` (default: ``config.model`` loaded) with its parameters on the layout."""
+    if model is None:
+        return models.load(config.model.name, dtype=config.model.dtype,
+                           shardings=layout and layout.shardings)
+    if layout is not None:
+        return dataclasses.replace(model, params=layout.place(model.params))
+    return model
 
 
-def train_record(result: updates.StepResult, wall_time_s: float) -> dict[str, float]:
+def train_record(result: rules.StepResult, wall_time_s: float) -> dict[str, float]:
     """The metrics line of one generation."""
     scalars = {name: float(value) for name, value in result.metrics.items()
                if np.ndim(value) == 0}
-    return {**updates.reward_statistics(result.rewards.rewards), **scalars,
+    return {**rules.reward_statistics(result.rewards.rewards), **scalars,
             **result.rewards.metrics, "wall_time_s": wall_time_s}
 
 
@@ -111,24 +121,21 @@ def train(config: TrainConfig, workdir: str, *,
     primary = sharding.is_primary()
     save_or_check_config(files, config, write=primary)
     layout = sharding.layout(config.mesh)
-    source = make_reward_source(config, files, generate)
-    if model is None:
-        model = models.load(config.model.name, dtype=config.model.dtype,
-                            shardings=layout and layout.shardings)
-    elif layout is not None:
-        model = dataclasses.replace(model, params=layout.place(model.params))
-    check_scope(config.es.scope, model.params)
-    rule = updates.make_rule(config)
+    rule = rules.make(config)
     total = config.run.generations
 
     def written(path: str) -> str | None:  # Only process 0 writes trajectories.
         return path if primary else None
 
     with contextlib.ExitStack() as closing:
+        source = make_reward_source(config, files, generate, rule.search_members)
+        closing.callback(source.close)  # browsers and other processes end with the run
+        model = placed_model(config, model, layout)
+        rule.check_params(model.params)
         checkpointer = closing.enter_context(contextlib.closing(
             Checkpointer(files.checkpoints, layout=layout)))
         initial = rule.init(model.params)
-        state, history = resume(files, config, rule, source, checkpointer,
+        state, recorder = resume(files, config, rule, source, checkpointer,
                                 initial if layout is None else layout.commit(initial), primary)
         start = int(state.generation)
         if start:
@@ -155,9 +162,8 @@ def train(config: TrainConfig, workdir: str, *,
             state, result = rule.step(state, source, model, key,
                                       written(files.train_trajectories(generation)))
             wall_time_s = time.time() - began
-            if history is not None:
-                history.append(result.population, result.rewards.rewards, result.metrics,
-                               wall_time_s, task_ids=result.rewards.task_ids)
+            if recorder is not None:
+                recorder.append(result, wall_time_s)
             record = logger.log("train", generation, train_record(result, wall_time_s))
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}")
             bar.update()

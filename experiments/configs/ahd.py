@@ -2,7 +2,7 @@
 
 Each generation answers one EoH batch (every member answers once per operator); the
 paper's AHD setting is σ cosine 1e-3 → 0, α = 5e-4. ``--config.env.search=sample`` runs
-Sample + ES; ``--config.update.name=none`` the search alone with the unperturbed model.
+Sample + ES; ``--config.rule.name=none`` the search alone with the unperturbed model.
 """
 
 from experiments.configs import common

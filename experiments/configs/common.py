@@ -6,18 +6,7 @@ from ml_collections import config_dict
 
 from agentic_esopt import envs, options
 from agentic_esopt.training import config as config_lib
-
-
-class RunConfig(config_dict.ConfigDict):
-    """The root of a run's config. Its ``update`` section shadows ``ConfigDict.update`` on
-    attribute access, so that ``--config.update.name=...`` reaches the section."""
-
-    def __getattribute__(self, name):
-        if name == "update":
-            fields = object.__getattribute__(self, "_fields")
-            if "update" in fields:
-                return fields["update"]
-        return super().__getattribute__(name)
+from agentic_esopt.training import rules
 
 
 def section(record_cls: type, **overrides) -> config_dict.ConfigDict:
@@ -38,14 +27,24 @@ def section(record_cls: type, **overrides) -> config_dict.ConfigDict:
     return config_dict.ConfigDict(values)
 
 
+def rule_section(name: str = "es", **overrides) -> config_dict.ConfigDict:
+    """The ``rule`` section: ``name`` and that rule's options (defaults, then
+    ``overrides``)."""
+    rule = section(rules.module(name).Options, **overrides)
+    rule.name = name
+    return rule
+
+
 def base_config(env_name: str, **sections) -> config_dict.ConfigDict:
     """Every section of a run on environment ``env_name`` with its defaults; ``sections`` maps
-    a section name to the fields that differ (``es=dict(population_size=32)``)."""
+    a section name to the fields that differ (``es=dict(population_size=32)``,
+    ``rule=dict(name="grpo", learning_rate=1e-6)``)."""
     env_options = {**envs.default_options(env_name), **sections.pop("env", {})}
     env_options = {name: config_dict.placeholder(options.field_types(
         envs.registry.module(env_name).Options)[name][0]) if value is None else value
         for name, value in env_options.items()}
-    config = RunConfig({"env": {"name": env_name, **env_options}})
+    config = config_dict.ConfigDict({"env": {"name": env_name, **env_options}})
+    config.rule = rule_section(**sections.pop("rule", {}))
     for name, record_cls in config_lib.SECTIONS.items():
         config[name] = section(record_cls, **sections.pop(name, {}))
     if sections:

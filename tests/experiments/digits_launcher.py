@@ -11,5 +11,4 @@ import digits_env  # pylint: disable=wrong-import-position,unused-import  # regi
 from experiments import launch, train  # pylint: disable=wrong-import-position
 
 if __name__ == "__main__":
-    launch.quiet_startup()
-    app.run(train.main)
+    launch.run(train.main)

@@ -23,9 +23,9 @@ import digits_env  # pylint: disable=wrong-import-position
 CONFIG = digits_env.TINY.replace(run=dict(generations=5, checkpoint_every=2))
 # Each update rule's config and its flags on top of the digits config file.
 RULES = {"es": (CONFIG, []),
-         "grpo": (CONFIG.replace(update=dict(name="grpo", group_size=4, learning_rate=1e-3)),
-                  ["--config.update.name=grpo", "--config.update.group_size=4",
-                   "--config.update.learning_rate=1e-3"])}
+         "grpo": (CONFIG.replace(rule=dict(name="grpo", group_size=4, learning_rate=1e-3)),
+                  ["--config.rule.name=grpo", "--config.rule.group_size=4",
+                   "--config.rule.learning_rate=1e-3"])}
 
 
 def command_line(workdir, rule):

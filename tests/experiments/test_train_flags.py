@@ -55,11 +55,11 @@ def test_dotted_flags_override_the_config_file():
     config = launch.train_config(parsed(
         "--config.es.population_size=16", "--config.es.antithetic=False",
         "--config.rollout.temperature=0.5", "--config.env.mask_count=10",
-        "--config.update.name=none", "--config.rollout.max_turns=7",
+        "--config.rule.name=none", "--config.rollout.max_turns=7",
         config_file="experiments/configs/sudoku_mask15.py"))
     assert config == config_of(sudoku_mask15).replace(
         es=dict(population_size=16), rollout=dict(temperature=0.5, max_turns=7),
-        env=dict(mask_count=10), update=dict(name="none"))
+        env=dict(mask_count=10), rule=dict(name="none"))
     assert (config.es.sigma_start, config.es.sigma_end) == (7e-4, 5e-4)
 
 
@@ -92,15 +92,15 @@ def test_every_config_file_is_valid(name):
 def test_sudoku_grpo_config_mirrors_the_reference(profile, sampling):
     config = launch.train_config(parsed(
         config_file=f"experiments/configs/sudoku_grpo.py{profile}"))
-    assert (config.update.name, config.update.group_size, config.update.learning_rate) == (
+    assert (config.rule_name, config.rule.group_size, config.rule.learning_rate) == (
         "grpo", 8, 1e-6)
     assert config.rollout.tasks_per_generation == 32 and config.env.board_size == 9
     assert (config.rollout.temperature, config.rollout.top_p, config.rollout.top_k) == sampling
 
 
 def test_bad_grpo_flags_fail_before_loading_anything():
-    result = run_launcher("--config.update.name=grpo", "--config.update.clip_epsilon=0",
-                          "--config.update.group_size=1", "--config.update.learning_rate=-1",
+    result = run_launcher("--config.rule.name=grpo", "--config.rule.clip_epsilon=0",
+                          "--config.rule.group_size=1", "--config.rule.learning_rate=-1",
                           "--workdir=/nonexistent/never-created")
     assert result.returncode != 0
     for message in ("clip_epsilon must be > 0", "group_size must be >= 2",
@@ -138,7 +138,7 @@ BAD_FLAGS = [
     (["--config.es.sigma_schedule=constant"], "a constant σ schedule has no end value"),
     (["--config.es.weight_decay=0.1"], "weight_decay only applies to optimizer='adamw'"),
     (["--config.model.name=/no/such/model.gguf"], "is not 'tiny'"),
-    (["--config.update.name=ppo"], "unknown update rule 'ppo'"),
+    (["--config.rule.name=ppo"], "unknown update rule 'ppo'"),
     (["--config.mesh.shape=data:4,pipe:2"], "mesh axis 'pipe' is unknown"),
     (["--config.distributed.num_processes=2", "--config.distributed.process_id=5"],
      "distributed.process_id must be in [0, num_processes=2), got 5"),
@@ -211,7 +211,7 @@ def test_two_generation_tiny_run_writes_everything(tmp_path):
 def test_contract_smoke_command_resumes_without_redoing_a_generation(tmp_path, rule):
     command = ["--config=experiments/configs/cpu_default.py", "--config.model.name=tiny",
                "--config.run.generations=2", "--config.es.population_size=4",
-               "--config.eval.size=8", f"--config.update.name={rule}", f"--workdir={tmp_path}"]
+               "--config.eval.size=8", f"--config.rule.name={rule}", f"--workdir={tmp_path}"]
     first = run_launcher(*command)
     assert first.returncode == 0, first.stderr[-3000:]
     if rule == "es":
@@ -222,3 +222,21 @@ def test_contract_smoke_command_resumes_without_redoing_a_generation(tmp_path, r
     again = run_launcher(*command)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming" in again.stderr and train_lines() == before
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--config.es.populaton_size=4"],
+     "FATAL: invalid configuration: es: unknown option 'populaton_size'; did you mean "
+     "'population_size'?"),
+    (["--config.update.name=grpo", "--config.update.group_size=4"],
+     "FATAL Flags parsing error: the update section is called rule: use "
+     "--config.rule.name=es|grpo|none and --config.rule.<option> in place of "
+     "--config.update.name, --config.update.group_size"),
+    (["--config.ess.population_size=4"],
+     'FATAL Flags parsing error: unknown config section in an override: ess; Did you mean '
+     '"es" instead of "ess"?'),
+])
+def test_a_wrong_key_ends_in_one_line_naming_the_fix(args, line):
+    result = run_launcher("--config.model.name=tiny", *args, "--workdir=/nonexistent/x")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [line]

@@ -10,7 +10,7 @@ import pytest
 from agentic_esopt import models, training
 from agentic_esopt.agents import rollout, sources
 from agentic_esopt.models import tiny
-from agentic_esopt.training import grpo, updates
+from agentic_esopt.training import grpo, rules
 
 import digits_env
 
@@ -154,8 +154,8 @@ def test_remat_gives_the_same_gradient(model):
 
 
 def rule(values=None):
-    config = digits_env.TINY.replace(update={**GRPO_VALUES, **(values or {})})
-    return updates.make_rule(config), config
+    config = digits_env.TINY.replace(rule={**GRPO_VALUES, **(values or {})})
+    return rules.make(config), config
 
 
 def learn_from(model, rule_, advantages):
@@ -196,7 +196,7 @@ def test_bfloat16_params_train_with_a_float32_first_moment(model):
 
 
 def test_samples_are_independent_and_keep_their_tokens(model):
-    config = digits_env.TINY.replace(update=GRPO_VALUES)
+    config = digits_env.TINY.replace(rule=GRPO_VALUES)
     source = sources.EpisodeRewards(digits_env.make_source(config.env, config.splits),
                                     config.rollout, 1.0, models.generate)
     trajectories = source.samples(model, 3, 0, jax.random.key(1))
@@ -224,15 +224,15 @@ def test_a_grpo_run_learns_on_the_tiny_model(tmp_path, model):
                                                         jax.tree.leaves(model.params)))
     for a, b in zip(jax.tree.leaves(result.state.reference), jax.tree.leaves(model.params)):
         np.testing.assert_array_equal(a, b)
-    assert isinstance(rule_, updates.GRPORule)
+    assert isinstance(rule_, rules.grpo.GRPORule)
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(update=dict(name="grpo", clip_epsilon=0.0)), "clip_epsilon must be > 0"),
-    (dict(update=dict(name="grpo", group_size=1)), "group_size must be >= 2"),
-    (dict(update=dict(name="grpo", learning_rate=0.0)), "learning_rate must be > 0"),
-    (dict(update=dict(name="grpo", minibatch_size=0)), "minibatch_size must be >= 1"),
-    (dict(update=dict(name="grpo"), rollout=dict(temperature=0.0)),
+    (dict(rule=dict(name="grpo", clip_epsilon=0.0)), "clip_epsilon must be > 0"),
+    (dict(rule=dict(name="grpo", group_size=1)), "group_size must be >= 2"),
+    (dict(rule=dict(name="grpo", learning_rate=0.0)), "learning_rate must be > 0"),
+    (dict(rule=dict(name="grpo", minibatch_size=0)), "minibatch_size must be >= 1"),
+    (dict(rule=dict(name="grpo"), rollout=dict(temperature=0.0)),
      "rollout.temperature must be > 0"),
 ])
 def test_bad_grpo_settings_fail_before_compute(changes, message):
@@ -242,7 +242,7 @@ def test_bad_grpo_settings_fail_before_compute(changes, message):
 
 def test_grpo_refuses_a_heuristic_search_before_loading(tmp_path, monkeypatch):
     config = training.TrainConfig.from_dict(
-        {"env": {"name": "ahd"}, "model": {"name": "tiny"}, "update": {"name": "grpo"},
+        {"env": {"name": "ahd"}, "model": {"name": "tiny"}, "rule": {"name": "grpo"},
          "rollout": {"temperature": 1.0}})
     monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("loaded the model"))
     with pytest.raises(ValueError, match="heuristic search"):

@@ -19,12 +19,12 @@ BAD_MEMBER = 2
 MODEL = models.load("tiny")
 
 
-def config(search="sample", update="es", generations=2, **run):
+def config(search="sample", rule="es", generations=2, **run):
     return training.TrainConfig.from_dict(dict(
         env=dict(name="toy_search", search=search), model=dict(name="tiny"),
         es=dict(population_size=4, noise="full", sigma_start=0.1, sigma_end=0.0,
                 learning_rate=0.05),
-        rollout=dict(max_new_tokens=8), update=dict(name=update),
+        rollout=dict(max_new_tokens=8), rule=dict(name=rule),
         run=dict(generations=generations, eval_every=generations, checkpoint_every=1,
                  seed=3, **run)))
 
@@ -134,7 +134,7 @@ def test_member_without_offspring_gets_the_batch_mean():
 
 def test_the_search_alone_uses_the_unperturbed_model_and_learns_nothing(tmp_path):
     calls = []
-    result = train(config(update="none"), tmp_path, params_generate(calls))
+    result = train(config(rule="none"), tmp_path, params_generate(calls))
     assert [population for population, _ in calls] == [None, None]
     assert not os.path.exists(tmp_path / "history.jsonl")
     for a, b in zip(jax.tree.leaves(result.state.params), jax.tree.leaves(MODEL.params)):

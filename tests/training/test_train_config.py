@@ -4,6 +4,7 @@ import pytest
 
 from agentic_esopt import training
 from agentic_esopt.training import config as config_lib
+from agentic_esopt.training import rules
 
 VALID = training.TrainConfig.from_dict({})
 
@@ -47,7 +48,7 @@ BAD = [
     (dict(eval=dict(split="train")), "eval.split must be one of ('eval', 'test')"),
     (dict(eval=dict(size=0)), "eval.size must be >= 1"),
     (dict(eval=dict(temperature=-1.0)), "eval.temperature must be >= 0"),
-    (dict(update=dict(name="ppo")), "update.name: unknown update rule 'ppo'"),
+    (dict(rule=dict(name="ppo")), "rule.name: unknown update rule 'ppo'"),
     (dict(es=dict(population_size="8")), "es.population_size must be int, got '8'"),
     (dict(run=dict(generations=2.5)), "run.generations must be int, got 2.5"),
     (dict(es=dict(antithetic=1)), "es.antithetic must be bool, got 1"),
@@ -62,8 +63,8 @@ BAD = [
      "distributed.process_id must be in [0, num_processes=2), got 2"),
     (dict(distributed=dict(coordinator="localhost")),
      "distributed.coordinator must be host:port"),
-    (dict(distributed=dict(num_processes=2, process_id=0), update=dict(name="grpo"),
-          rollout=dict(temperature=1.0)), "update.name=grpo runs on one process"),
+    (dict(distributed=dict(num_processes=2, process_id=0), rule=dict(name="grpo"),
+          rollout=dict(temperature=1.0)), "rule.name=grpo runs on one process"),
     (dict(distributed=dict(num_processes=8, process_id=0), es=dict(population_size=4)),
      "es.population_size (4) must be >= distributed.num_processes (8)"),
     (dict(colour=dict()), "unknown config section 'colour'"),
@@ -113,3 +114,32 @@ def test_strategy_follows_the_config():
     assert spec["population_size"] == 6 and spec["antithetic"] and spec["rank"] == 2
     assert spec["sigma"] == dict(kind="cosine", start=2e-3, end=1e-3, steps=7, warmup=1)
     assert spec["optimizer"] == "adamw" and spec["weight_decay"] == 0.01
+
+
+def test_rule_options_have_help_and_the_registry_names_every_rule():
+    import dataclasses
+    assert {"es", "grpo", "none"} <= set(rules.names())
+    for name in rules.names():
+        assert all(f.metadata["help"] for f in dataclasses.fields(rules.module(name).Options))
+
+
+def test_a_mistyped_key_is_one_line_naming_the_closest():
+    with pytest.raises(ValueError) as error:
+        VALID.replace(es=dict(populaton_size=4))
+    assert str(error.value) == ("invalid configuration: es: unknown option 'populaton_size'; "
+                                "did you mean 'population_size'?")
+
+
+def test_the_old_update_section_names_the_rule_section():
+    values = VALID.to_dict()
+    values["update"] = {"name": "grpo"}
+    with pytest.raises(ValueError, match=r"--config.rule.name=es\|grpo\|none"):
+        training.TrainConfig.from_dict(values)
+
+
+def test_naming_another_rule_starts_from_its_defaults():
+    grpo = VALID.replace(rule=dict(name="grpo", group_size=4), rollout=dict(temperature=1.0))
+    assert (grpo.rule_name, grpo.rule.group_size, grpo.rule.kl_beta) == ("grpo", 4, 1e-3)
+    assert grpo.replace(rule=dict(name="es")).rule_name == "es"
+    with pytest.raises(ValueError, match="rule: unknown option 'group_size'"):
+        VALID.replace(rule=dict(group_size=4))

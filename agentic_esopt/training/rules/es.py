@@ -1,0 +1,115 @@
+"""Agentic ESOpt as an update rule: the population around θ answers, ``tell`` moves θ.
+
+The ES settings are the config's ``es`` section (``es.strategy.Options``); the ``rule``
+section holds only ``name: es``. The rule keeps the es history (``history.jsonl``: each
+generation's population, rewards and metrics), from which a run resumes, or is
+exported, by a bitwise replay without rollouts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+from agentic_esopt import es
+from agentic_esopt.agents import sources
+from agentic_esopt.training import config as config_lib
+from agentic_esopt.training.rules.base import Rule, StepResult
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """ES has no options in the ``rule`` section: its settings are the ``es`` section."""
+
+
+def config_problems(sections: Mapping[str, Any]) -> list[str]:
+    """Each process plays its own members: at least one member per process."""
+    processes = sections["distributed"].num_processes or 1
+    size = sections["es"].population_size
+    if size < processes:
+        return [f"es.population_size ({size}) must be >= distributed.num_processes "
+                f"({processes}): each process plays its own members"]
+    return []
+
+
+def make_strategy(config: Any) -> es.Strategy:
+    """The ES strategy of a ``TrainConfig`` (its σ schedule spans ``run.generations``)."""
+    return es.strategies.agentic_esopt.from_options(config.es, config.run.generations)
+
+
+@dataclasses.dataclass(frozen=True)
+class ESHistory:
+    """The es history of a run (``es.history``) as the loop's history hook."""
+
+    path: str
+    strategy: es.Strategy
+    run_key: jax.Array
+
+    def read(self):
+        return es.history.read_intact(self.path)
+
+    def replay(self, initial: es.ESState, header: dict, records: list[dict]) -> es.ESState:
+        return es.history.replay_records(initial.params, header, records, self.strategy)
+
+    def recorder(self, header, records, config):
+        if header is None or not records:
+            return _Recorder(es.history.HistoryWriter.create(
+                self.path, self.strategy.spec, es.strategy.raw_key(self.run_key),
+                config=config))
+        return _Recorder(es.history.HistoryWriter.resume(self.path, header, records))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recorder:
+    writer: es.history.HistoryWriter
+
+    def append(self, result: StepResult, wall_time_s: float) -> None:
+        self.writer.append(result.population, result.rewards.rewards, result.metrics,
+                           wall_time_s, task_ids=result.rewards.task_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class ESRule(Rule):
+    """ask → every member's reward from the source → tell."""
+
+    strategy: es.Strategy
+    run_key: jax.Array
+    scope: str
+    population_size: int
+
+    @property
+    def search_members(self) -> int:
+        return self.population_size
+
+    def init(self, params: PyTree) -> es.ESState:
+        return self.strategy.init(self.run_key, params)
+
+    def step(self, state: es.ESState, source: sources.RewardSource, model: Any,
+             key: jax.Array, trajectory_path: str | None) -> tuple[es.ESState, StepResult]:
+        population = self.strategy.ask(state)
+        rewards = source.rewards(dataclasses.replace(model, params=state.params), population,
+                                 int(state.generation), key, trajectory_path)
+        state, metrics = self.strategy.tell(state, population, rewards.rewards)
+        return state, StepResult(population, rewards, metrics)
+
+    def check_params(self, params: PyTree) -> None:
+        """Raises ValueError if ``es.scope`` selects no parameter leaf."""
+        leaves = jax.tree_util.tree_flatten_with_path(params)[0]
+        if not any(es.noise.in_scope(self.scope, jax.tree_util.keystr(path), leaf)
+                   for path, leaf in leaves):
+            raise ValueError(f"es.scope {self.scope!r} matches no parameter; paths look "
+                             f"like {jax.tree_util.keystr(leaves[0][0])}")
+
+    def history(self, path: str) -> ESHistory:
+        return ESHistory(path, self.strategy, self.run_key)
+
+
+def make(config: Any) -> ESRule:
+    """The ES rule of a ``TrainConfig``."""
+    return ESRule(make_strategy(config), config_lib.run_key(config), config.es.scope,
+                  config.es.population_size)
