@@ -1,5 +1,6 @@
-"""Math ReAct with a sandboxed code tool: the reference's setting (G=16, α=5e-4, σ cosine
-1e-3 → 5e-4, 25 generations of 16 problems, T=1, top-k 40, presence penalty 2.0).
+"""Math ReAct with a sandboxed code tool: the reference's setting (G=16 full-rank, α=5e-4,
+σ cosine 1e-3 → 5e-4, 25 generations of 16 problems, 50 turns of up to 4,096 tokens, T=1,
+top-k 40, presence penalty 2.0, evaluation every 10 generations).
 
 Pass the published problems and a model that can follow the protocol, e.g.
 
@@ -17,9 +18,9 @@ def get_config():
         "math_react",
         env=dict(max_turns=50),
         model=dict(name="smollm2-135m", dtype="float32"),
-        es=dict(population_size=16, noise="lowrank", rank=1, sigma_schedule="cosine",
-                sigma_start=1e-3, sigma_end=5e-4, learning_rate=5e-4),
-        rollout=dict(tasks_per_generation=16, max_new_tokens=1024, temperature=1.0, top_k=40,
-                     presence_penalty=2.0),
+        es=dict(population_size=16, noise="full", sigma_schedule="cosine", sigma_start=1e-3,
+                sigma_end=5e-4, learning_rate=5e-4, fitness="zscore", scope="full"),
+        rollout=dict(tasks_per_generation=16, max_turns=50, max_new_tokens=4096,
+                     temperature=1.0, top_p=1.0, top_k=40, presence_penalty=2.0),
         eval=dict(size=32, temperature=1.0),
-        run=dict(generations=25, eval_every=5, checkpoint_every=1))
+        run=dict(generations=25, eval_every=10, checkpoint_every=1))

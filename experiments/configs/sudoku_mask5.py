@@ -1,7 +1,7 @@
-"""The paper's 9×9 Sudoku with 5 blanks: σ cosine 1e-3 → 2.5e-4."""
+"""The reference's 9×9 Sudoku with 5 blanks (profiles: ``sudoku_paper.SIGMAS[5]``)."""
 
 from experiments.configs.sudoku_paper import paper_sudoku
 
 
-def get_config():
-    return paper_sudoku(mask_count=5, sigma_start=1e-3, sigma_end=2.5e-4)
+def get_config(profile: str = "agentic"):
+    return paper_sudoku(mask_count=5, profile=profile)
