@@ -1,52 +1,57 @@
-r"""ES vs GRPO on Sudoku at several horizons, and ES with cosine vs constant σ.
+r"""ES vs GRPO on Sudoku at several horizons, budgets matched in episodes and in compute.
 
 Every run is the trainer on one config (``--config`` and its dotted overrides set what the
-runs share; default the main job's), in-process with one loaded model, in
-``<workdir>/blanks<h>/<method>/seed<k>``; finished runs are reused and interrupted ones
-resume. A horizon h is a board with h blanks and h turns. Methods:
+runs share; default the main job's), run by ``experiments.grid`` (one model load,
+finished runs reused, interrupted ones resumed, failures recorded) in
+``<workdir>/blanks<h>/<method>/seed<k>``. A horizon h is a board with h blanks and h
+turns. Within a seed every method plays the same puzzles with the same sampling keys.
+Methods:
 
 * ``es``: the config's ES (cosine σ);
-* ``grpo``: ``update.name=grpo`` with ``update.group_size`` = ``es.population_size``, so
-  both see the same trajectories per generation (G × tasks_per_generation) and the same
-  number of generations;
-* ``es_constant``: ES with σ fixed at ``es.sigma_start`` (only at ``--sigma_horizon``).
+* ``grpo``: ``rule.name=grpo`` with ``rule.group_size`` = ``es.population_size`` and
+  learning rate ``--grpo_learning_rate``, so both see the same episodes per generation
+  (G × tasks_per_generation) for the same number of generations;
+* ``es_constant``: ES with σ fixed at ``es.sigma_start`` (only at ``--sigma_horizon``);
+* ``es_compute`` (with ``--compute_matched``): ES given GRPO's measured wall time: as
+  many generations as GRPO's mean run time at that horizon buys at ES's measured time
+  per generation (configured once both have finished).
 
-The table gives, per horizon and method, the held-out success rate before and after
-(episodes pooled over seeds, ± s.e.), each seed's final success, and the final minus the
-initial success with its paired s.e. (the same puzzles). It is written to
-``<workdir>/table.md`` / ``table.json`` with a plot ``success.png``, and printed.
+Per (horizon, method) the table gives, over seeds, the held-out success before and
+after, each seed's final, the mean change ± its s.e. across seeds, wall time and
+estimated FLOPs per run; for ES rows the share of generations whose members' rewards
+all tied (no update), for GRPO the share of zero advantages; and for ES rows ES − GRPO
+final success with a 95% hierarchical bootstrap interval (resample seeds, then puzzles
+within each seed, the same for both methods). Written to ``table.md`` / ``table.json``
+with a plot ``success.png`` in ``--results`` (default: the workdir), and printed.
 
-  python -m experiments.es_vs_grpo --horizons=2,4,6 --seeds=0,1 --workdir=workdirs/es_vs_grpo
+  python -m experiments.es_vs_grpo --horizons=2,4,6 --seeds=0,1,2 --compute_matched \
+      --workdir=workdirs/es_vs_grpo --results=experiments/results/es_vs_grpo
 """
 
-import contextlib
-import json
+import math
 import os
-import sys
-import time
 
-from absl import app, flags, logging
-import matplotlib
 import numpy as np
-from ml_collections import config_flags
+from absl import app, flags
 
-from agentic_esopt import models, training
-from agentic_esopt.agents import sources
-from agentic_esopt.training import metrics
-from experiments import launch
+from agentic_esopt import training
+from experiments import grid, launch
 
-matplotlib.use("Agg")
-from matplotlib import pyplot  # pylint: disable=wrong-import-position
+METHODS = ("es", "grpo", "es_constant", "es_compute")
 
-METHODS = ("es", "grpo", "es_constant")
-
-_CONFIG = config_flags.DEFINE_config_file("config", "experiments/configs/cpu_default.py",
-                                          "Config shared by every run.", lock_config=True)
+_CONFIG = launch.define_config("experiments/configs/cpu_default.py",
+                               "Config shared by every run.")
 _HORIZONS = flags.DEFINE_list("horizons", ["2", "4", "6"], "Blanks (= turns) per board.")
-_SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Run seeds.")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Run seeds.")
 _SIGMA_HORIZON = flags.DEFINE_integer("sigma_horizon", 4, "Horizon of the cosine vs "
                                                           "constant σ comparison (0 = none).")
-_WORKDIR = flags.DEFINE_string("workdir", "workdirs/es_vs_grpo", "Grid directory.")
+_GRPO_LEARNING_RATE = flags.DEFINE_float("grpo_learning_rate", None, "GRPO's learning rate "
+                                         "(default: the rule's).")
+_COMPUTE_MATCHED = flags.DEFINE_bool("compute_matched", False, "Add es_compute runs: ES "
+                                     "with GRPO's measured wall time per run.")
+_WORKDIR = flags.DEFINE_string("workdir", "workdirs/es_vs_grpo", "Folder of the runs.")
+_RESULTS = flags.DEFINE_string("results", None, "Folder of the finished runs' result "
+                                                "files, table and plot (default: workdir).")
 
 
 def _ints(values: list[str], what: str) -> list[int]:
@@ -59,14 +64,139 @@ def _ints(values: list[str], what: str) -> list[int]:
 def method_changes(method: str, shared: training.TrainConfig) -> dict:
     """The config sections a method changes."""
     if method == "grpo":
-        return dict(update={"name": "grpo", "group_size": shared.es.population_size})
+        rule = {"name": "grpo", "group_size": shared.es.population_size}
+        if _GRPO_LEARNING_RATE.value is not None:
+            rule["learning_rate"] = _GRPO_LEARNING_RATE.value
+        return dict(rule=rule)
     if method == "es_constant":
         return dict(es={"sigma_schedule": "constant", "sigma_end": shared.es.sigma_start})
     return {}
 
 
-def grid_configs() -> list[tuple[int, str, training.TrainConfig]]:
-    """(horizon, method, config) of every run, all checked before any compute."""
+def make_run(shared: training.TrainConfig, horizon: int, method: str, seed: int,
+             **changes) -> grid.Run:
+    config = shared.replace(env={"mask_count": horizon}, rollout={"max_turns": horizon},
+                            run={**changes.pop("run", {}), "seed": seed},
+                            **method_changes(method, shared), **changes)
+    return grid.Run(os.path.join(f"blanks{horizon}", method), seed, config)
+
+
+def grid_runs(shared: training.TrainConfig, horizons: list[int],
+              seeds: list[int]) -> list[grid.Run]:
+    """Every run whose budget is fixed in advance, all checked before any compute."""
+    runs, problems = [], []
+    for horizon in horizons:
+        methods = METHODS[:3] if horizon == _SIGMA_HORIZON.value else METHODS[:2]
+        for method in methods:
+            for seed in seeds:
+                try:
+                    runs.append(make_run(shared, horizon, method, seed))
+                except ValueError as error:
+                    problems.append(str(error))
+    if problems:
+        raise app.UsageError("invalid grid:\n" + "\n".join(sorted(set(problems))))
+    return runs
+
+
+def compute_matched_runs(shared, horizons, seeds, results: str) -> list[grid.Run]:
+    """ES runs with as many generations as GRPO's mean wall time per run buys at ES's
+    mean time per generation, per horizon (from the finished es and grpo runs)."""
+    runs = []
+    for horizon in horizons:
+        grpo_dirs, es_dirs = (
+            [os.path.join(results, f"blanks{horizon}", method, f"seed{seed}")
+             for seed in seeds] for method in ("grpo", "es"))
+        if not all(grid.is_finished(d) for d in grpo_dirs + es_dirs):
+            continue
+        grpo_time = np.mean([grid.run_values(d)["wall_time_s"] for d in grpo_dirs])
+        es_generation_time = np.mean([r["wall_time_s"] for d in es_dirs
+                                      for r in grid.train_records(d)])
+        generations = max(shared.run.generations,
+                          math.floor(grpo_time / es_generation_time))
+        runs += [make_run(shared, horizon, "es_compute", seed,
+                          run={"generations": generations,
+                               "eval_every": generations}) for seed in seeds]
+    return runs
+
+
+def zero_spread_share(directories: list[str], method: str) -> float:
+    """ES: the share of generations whose members' rewards all tied; GRPO: the mean
+    share of zero advantages."""
+    records = [r for d in directories for r in grid.train_records(d)]
+    if method == "grpo":
+        return float(np.mean([r["zero_advantage_fraction"] for r in records]))
+    return float(np.mean([r["reward_std"] == 0 for r in records]))
+
+
+def final_solved(directory: str) -> tuple[list[str], np.ndarray]:
+    """(task ids, solved per episode) of a run's last evaluation."""
+    last = grid.evaluations(directory)[1]
+    return last["episode_task_ids"], np.asarray(last["episode_solved"], np.float64)
+
+
+def minus_grpo(directories: list[str], grpo_directories: list[str]) -> list[float] | None:
+    """ES − GRPO final success's 95% bootstrap interval over the seeds both finished
+    (None when none did or their puzzles differ)."""
+    pairs = [(d, g) for d in directories for g in grpo_directories
+             if os.path.basename(d) == os.path.basename(g)]
+    if not pairs:
+        return None
+    es_runs, grpo_runs = zip(*((final_solved(d), final_solved(g)) for d, g in pairs))
+    if any(e[0] != g[0] for e, g in zip(es_runs, grpo_runs)):
+        return None
+    return list(grid.bootstrap_difference([e[1] for e in es_runs], [g[1] for g in grpo_runs]))
+
+
+def estimated_flops(directory: str) -> float | None:
+    """The run's estimated FLOPs from its metrics (``flops`` per record), if recorded."""
+    records = [r for r in grid.train_records(directory)]
+    if not records or "flops" not in records[0]:
+        return None
+    return float(sum(r["flops"] for r in records))
+
+
+def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> list[dict]:
+    """One row per (horizon, method) over its finished seeds."""
+    cells: dict[str, list[str]] = {}
+    for run in runs:
+        if outcomes[run.name] == "ok":
+            cells.setdefault(run.cell, []).append(os.path.join(results, run.name))
+    rows = []
+    for cell, directories in cells.items():
+        horizon, method = int(cell.split(os.sep)[0][len("blanks"):]), cell.split(os.sep)[1]
+        flops = [estimated_flops(d) for d in directories]
+        row = dict(horizon=horizon, method=method, **grid.cell_row(directories),
+                   zero_spread_share=zero_spread_share(directories, method),
+                   flops=None if None in flops else float(np.mean(flops)))
+        if method != "grpo":
+            row["minus_grpo_ci95"] = minus_grpo(
+                directories, cells.get(os.path.join(f"blanks{horizon}", "grpo"), []))
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r["horizon"], METHODS.index(r["method"])))
+
+
+def table_markdown(rows: list[dict]) -> str:
+    lines = ["| blanks | method | seeds | success before | after | per-seed after | "
+             "after − before (s.e. across seeds) | per-seed change | ES − GRPO (95% CI) | "
+             "tied / zero-advantage share | wall time / run (s) | FLOPs / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        interval = r.get("minus_grpo_ci95")
+        interval = "" if not interval else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
+        flops = "" if r["flops"] is None else f"{r['flops']:.2e}"
+        lines.append(f"| {r['horizon']} | {r['method']} | {r['seeds']} | "
+                     f"{grid.mean_se(r, 'success_before')} | {grid.mean_se(r, 'success_after')} "
+                     f"| {grid.seeds_text(r, 'success_after')} | "
+                     f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
+                     f"{grid.seeds_text(r, 'success_change')} | {interval} | "
+                     f"{r['zero_spread_share']:.2f} | {r['wall_time_s']:.0f} ± "
+                     f"{r['wall_time_s_se']:.0f} | {flops} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     shared = launch.train_config(_CONFIG.value)
     if shared.env_name != "sudoku":
         raise app.UsageError(f"the grid plays Sudoku; --config is {shared.env_name!r}")
@@ -75,109 +205,22 @@ def grid_configs() -> list[tuple[int, str, training.TrainConfig]]:
     if _SIGMA_HORIZON.value and _SIGMA_HORIZON.value not in horizons:
         raise app.UsageError(f"--sigma_horizon={_SIGMA_HORIZON.value} is not among "
                              f"--horizons={horizons}")
-    runs, problems = [], []
-    for horizon in horizons:
-        methods = METHODS if horizon == _SIGMA_HORIZON.value else METHODS[:2]
-        for method in methods:
-            for seed in seeds:
-                changes = method_changes(method, shared)
-                try:
-                    runs.append((horizon, method, shared.replace(
-                        env={"mask_count": horizon}, rollout={"max_turns": horizon},
-                        run={"seed": seed}, **changes)))
-                except ValueError as error:
-                    problems.append(str(error))
-    if problems:
-        raise app.UsageError("invalid grid:\n" + "\n".join(sorted(set(problems))))
-    return runs
-
-
-def run_dir(horizon: int, method: str, config: training.TrainConfig) -> str:
-    return os.path.join(_WORKDIR.value, f"blanks{horizon}", method, f"seed{config.run.seed}")
-
-
-def evaluations(directory: str) -> tuple[dict, dict]:
-    """The first and last evaluation records of a finished run."""
-    evals = [r for r in metrics.read_metrics(os.path.join(directory, "metrics.jsonl"))
-             if r["kind"] == "eval"]
-    return evals[0], evals[-1]
-
-
-def cell_row(horizon: int, method: str, directories: list[str]) -> dict:
-    """One (horizon, method) row: pooled success before/after, per-seed finals, paired
-    difference."""
-    firsts, lasts = zip(*(evaluations(d) for d in directories))
-    before = np.concatenate([r["episode_solved"] for r in firsts])
-    after = np.concatenate([r["episode_solved"] for r in lasts])
-    initial, initial_se = sources.mean_and_standard_error(before)
-    final, final_se = sources.mean_and_standard_error(after)
-    difference, difference_se = sources.mean_and_standard_error(after - before)
-    return dict(horizon=horizon, method=method, seeds=len(directories),
-                episodes=int(after.size), initial=initial, initial_se=initial_se,
-                final=final, final_se=final_se, difference=difference,
-                difference_se=difference_se,
-                seed_finals=[float(r["success_rate"]) for r in lasts])
-
-
-def table_markdown(rows: list[dict]) -> str:
-    lines = ["| blanks | method | seeds | held-out success before | after | per-seed after "
-             "| after − before (paired s.e.) |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        seeds = ", ".join(f"{s:.3f}" for s in r["seed_finals"])
-        lines.append(f"| {r['horizon']} | {r['method']} | {r['seeds']} | "
-                     f"{r['initial']:.3f} ± {r['initial_se']:.3f} | "
-                     f"{r['final']:.3f} ± {r['final_se']:.3f} | {seeds} | "
-                     f"{r['difference']:+.3f} ± {r['difference_se']:.3f} |")
-    return "\n".join(lines) + "\n"
-
-
-def plot(rows: list[dict], path: str) -> None:
-    figure, axes = pyplot.subplots(figsize=(5, 3.5))
-    for method in METHODS:
-        cells = [r for r in rows if r["method"] == method]
-        if cells:
-            axes.errorbar([r["horizon"] for r in cells], [r["final"] for r in cells],
-                          [r["final_se"] for r in cells], marker="o", capsize=3, label=method)
-    start = [r for r in rows if r["method"] == "es"]
-    axes.errorbar([r["horizon"] for r in start], [r["initial"] for r in start],
-                  [r["initial_se"] for r in start], linestyle="--", color="gray",
-                  capsize=3, label="before training")
-    axes.set_xticks(sorted({r["horizon"] for r in rows}))
-    axes.set_xlabel("blanks (= turns)")
-    axes.set_ylabel("held-out success rate")
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    pyplot.close(figure)
-
-
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    runs = grid_configs()
-    start = time.monotonic()
-    cells: dict[tuple[int, str], list[str]] = {}
-    with contextlib.redirect_stdout(sys.stderr):
-        shared = runs[0][2].model
-        model = models.load(shared.name, dtype=shared.dtype)
-        for index, (horizon, method, config) in enumerate(runs):
-            directory = run_dir(horizon, method, config)
-            logging.info("run %d/%d: %s", index + 1, len(runs), directory)
-            training.train(config, directory, model=model)
-            cells.setdefault((horizon, method), []).append(directory)
-    rows = [cell_row(horizon, method, directories)
-            for (horizon, method), directories in cells.items()]
-    wall_s = time.monotonic() - start
+    results = _RESULTS.value or _WORKDIR.value
+    runs = grid_runs(shared, horizons, seeds)
+    outcomes = grid.run_all(runs, _WORKDIR.value, results)
+    if _COMPUTE_MATCHED.value:
+        matched = compute_matched_runs(shared, horizons, seeds, results)
+        outcomes.update(grid.run_all(matched, _WORKDIR.value, results))
+        runs += matched
+    rows = tabulate(runs, outcomes, results)
     table = table_markdown(rows)
-    os.makedirs(_WORKDIR.value, exist_ok=True)
-    with open(os.path.join(_WORKDIR.value, "table.md"), "w", encoding="utf-8") as file:
-        file.write(table)
-    with open(os.path.join(_WORKDIR.value, "table.json"), "w", encoding="utf-8") as file:
-        json.dump(dict(rows=rows, runs=len(runs), wall_s=wall_s), file, indent=2)
-    plot(rows, os.path.join(_WORKDIR.value, "success.png"))
-    print(table + f"\n{len(runs)} runs, wall time {wall_s:.0f} s", flush=True)
+    failures = {name: outcome for name, outcome in outcomes.items() if outcome != "ok"}
+    grid.write_table(results, rows, table, runs=len(runs), failures=failures)
+    if rows:
+        grid.plot_cells(rows, [f"{r['horizon']} {r['method']}" for r in rows],
+                        os.path.join(results, "success.png"), "ES vs GRPO")
+    print(table + f"\n{len(runs)} runs, {len(failures)} failed", flush=True)
 
 
 if __name__ == "__main__":
-    launch.quiet_startup()
-    app.run(main)
+    launch.run(main)

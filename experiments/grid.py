@@ -1,0 +1,261 @@
+"""Grids of training runs: run them (one model load, finished runs reused, interrupted
+runs resumed, failures recorded), then tabulate them across seeds.
+
+A grid is a list of ``Run``s, each a named cell (e.g. a point of a sweep, or a horizon
+and a method), a seed and a checked ``TrainConfig``, run by the trainer in
+``<workdir>/<cell>/seed<k>``. A finished run's small result files (``RESULT_FILES``:
+config, summary, metrics, history; kilobytes, no checkpoints) are copied to
+``<results>/<cell>/seed<k>``; a run whose result files are there already counts as
+finished, so a grid continues from committed results on a fresh machine and its tables
+are rebuilt from them.
+
+Across seeds, a cell's row gives each seed's value, their mean and the s.e. across seeds
+(std with ddof=1 over √seeds): held-out success and mean reward before and after, the
+change, and wall time per run. Two methods evaluated on the same puzzles compare by a
+hierarchical bootstrap (``bootstrap_difference``). Sweep axes are parsed here too
+(``parse_grid``: ``'section.option=v1,v2;...'``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import matplotlib
+import numpy as np
+from absl import logging
+
+from agentic_esopt import models, training
+from agentic_esopt.agents import sources
+from agentic_esopt.training import metrics
+
+matplotlib.use("Agg")
+from matplotlib import pyplot  # pylint: disable=wrong-import-position
+
+RESULT_FILES = ("config.json", "summary.json", "metrics.jsonl", "history.jsonl")
+FAILURE_FILE = "failure.txt"
+
+
+class Run(NamedTuple):
+    """One run of a grid: its cell's name (a path component), seed and config."""
+
+    cell: str
+    seed: int
+    config: training.TrainConfig
+
+    @property
+    def name(self) -> str:
+        return os.path.join(self.cell, f"seed{self.seed}")
+
+
+def is_finished(directory: str) -> bool:
+    """Whether ``directory`` holds a finished run's result files."""
+    return all(os.path.isfile(os.path.join(directory, name))
+               for name in ("config.json", "summary.json", "metrics.jsonl"))
+
+
+def copy_results(source: str, target: str) -> None:
+    """Copies a run's small result files (``RESULT_FILES``) from ``source`` to ``target``."""
+    os.makedirs(target, exist_ok=True)
+    for name in RESULT_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copy2(os.path.join(source, name), os.path.join(target, name))
+
+
+def run_all(runs: Sequence[Run], workdir: str, results: str,
+            train: Callable[..., Any] = training.train) -> dict[str, str]:
+    """Runs every run not finished yet; returns each run's result folder or failure.
+
+    Runs share one loaded model per distinct ``model`` section. A run that raises is
+    recorded in ``<results>/<run>/failure.txt`` (its traceback) and the others go on;
+    rerunning the grid retries it.
+
+    Returns:
+      run name -> "ok" or the failure's one-line description.
+    """
+    outcomes, loaded = {}, {}
+    with contextlib.redirect_stdout(sys.stderr):
+        for index, run in enumerate(runs):
+            result_dir = os.path.join(results, run.name)
+            if is_finished(result_dir):
+                outcomes[run.name] = "ok"
+                continue
+            run_dir = os.path.join(workdir, run.name)
+            logging.info("run %d/%d: %s", index + 1, len(runs), run_dir)
+            try:
+                key = (run.config.model.name, run.config.model.dtype)
+                if key not in loaded:
+                    loaded.clear()  # one model in memory at a time
+                    loaded[key] = models.load(*key)
+                train(run.config, run_dir, model=loaded[key])
+                copy_results(run_dir, result_dir)
+                failure = os.path.join(result_dir, FAILURE_FILE)
+                if os.path.exists(failure):
+                    os.remove(failure)
+                outcomes[run.name] = "ok"
+            except Exception as error:  # pylint: disable=broad-except
+                logging.error("run %s failed: %s", run.name, error)
+                os.makedirs(result_dir, exist_ok=True)
+                with open(os.path.join(result_dir, FAILURE_FILE), "w", encoding="utf-8") as f:
+                    f.write(traceback.format_exc())
+                outcomes[run.name] = f"{type(error).__name__}: {error}".splitlines()[0]
+    return outcomes
+
+
+def evaluations(directory: str) -> tuple[dict, dict]:
+    """The first and last held-out evaluation records of a finished run."""
+    evals = [r for r in metrics.read_metrics(os.path.join(directory, "metrics.jsonl"))
+             if r["kind"] == "eval"]
+    return evals[0], evals[-1]
+
+
+def train_records(directory: str) -> list[dict]:
+    """A finished run's per-generation training records."""
+    return [r for r in metrics.read_metrics(os.path.join(directory, "metrics.jsonl"))
+            if r["kind"] == "train"]
+
+
+def run_values(directory: str) -> dict[str, float]:
+    """One run's numbers: held-out success and mean reward before and after, and its
+    wall time (the trainer's, evaluations included)."""
+    first, last = evaluations(directory)
+    with open(os.path.join(directory, "summary.json"), encoding="utf-8") as f:
+        wall_time_s = json.load(f)["wall_time_s"]
+    return dict(success_before=first["success_rate"], success_after=last["success_rate"],
+                reward_before=first["mean_reward"], reward_after=last["mean_reward"],
+                success_change=last["success_rate"] - first["success_rate"],
+                reward_change=last["mean_reward"] - first["mean_reward"],
+                wall_time_s=wall_time_s)
+
+
+def across_seeds(values: Sequence[float]) -> tuple[float, float]:
+    """Mean over seeds and the s.e. across seeds (0 for one seed)."""
+    return sources.mean_and_standard_error(values)
+
+
+def cell_row(directories: Sequence[str]) -> dict[str, Any]:
+    """A cell's row over its seeds' finished runs: for each quantity of ``run_values``,
+    ``<name>`` (mean over seeds), ``<name>_se`` (s.e. across seeds) and ``<name>_seeds``
+    (each seed's value); ``seed_finals`` is each seed's final held-out success."""
+    per_run = [run_values(d) for d in directories]
+    row: dict[str, Any] = dict(seeds=len(per_run))
+    for name in per_run[0]:
+        seeds = [v[name] for v in per_run]
+        row[name], row[f"{name}_se"] = across_seeds(seeds)
+        row[f"{name}_seeds"] = seeds
+    row["seed_finals"] = row["success_after_seeds"]
+    return row
+
+
+def mean_se(row: dict, name: str, digits: int = 3) -> str:
+    """"mean ± s.e." of a row's quantity."""
+    return f"{row[name]:.{digits}f} ± {row[f'{name}_se']:.{digits}f}"
+
+
+def seeds_text(row: dict, name: str) -> str:
+    return ", ".join(f"{v:.3f}" for v in row[f"{name}_seeds"])
+
+
+def write_table(workdir: str, rows: list[dict], markdown: str, **extra: Any) -> None:
+    """``<workdir>/table.json`` (``{"rows": rows, **extra}``) and ``table.md``."""
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "table.md"), "w", encoding="utf-8") as f:
+        f.write(markdown)
+    with open(os.path.join(workdir, "table.json"), "w", encoding="utf-8") as f:
+        json.dump(dict(rows=rows, **extra), f, indent=2)
+
+
+def plot_cells(rows: list[dict], labels: list[str], path: str, title: str) -> None:
+    """Final held-out success per cell: mean ± s.e. across seeds, each seed a dot, and
+    the mean before training as a tick."""
+    figure, axes = pyplot.subplots(figsize=(max(4.0, 0.9 * len(rows) + 2), 3.6))
+    positions = np.arange(len(rows))
+    axes.errorbar(positions, [r["success_after"] for r in rows],
+                  [r["success_after_se"] for r in rows], fmt="o", capsize=4,
+                  label="after (mean ± s.e. across seeds)")
+    for position, row in zip(positions, rows):
+        seeds = row["success_after_seeds"]
+        axes.scatter(np.full(len(seeds), position + 0.12), seeds, s=10, color="gray")
+    axes.scatter(positions, [r["success_before"] for r in rows], marker="_", s=200,
+                 color="black", label="before")
+    axes.set_xticks(positions, labels, rotation=30, ha="right", fontsize=8)
+    axes.set_ylabel("held-out success rate")
+    axes.set_title(title, fontsize=9)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+def _value(text: str):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_grid(text: str) -> list[tuple[str, list]]:
+    """``[(key, values), ...]`` from ``'a.b=1,2;c.d=x'``; ValueError if malformed."""
+    axes = []
+    for axis in filter(None, (a.strip() for a in text.split(";"))):
+        key, equals, values = axis.partition("=")
+        if not equals or key.count(".") != 1 or not values:
+            raise ValueError(f"--grid axis {axis!r} is not 'section.option=v1,v2,...'")
+        if key == "run.seed":
+            raise ValueError("seeds are --seeds, not a grid axis")
+        axes.append((key, [_value(v.strip()) for v in values.split(",")]))
+    keys = [key for key, _ in axes]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"--grid names an option twice: {keys}")
+    return axes
+
+
+def points(axes: list[tuple[str, list]]) -> list[dict]:
+    """Every combination of the axes' values, as {key: value}."""
+    keys = [key for key, _ in axes]
+    return [dict(zip(keys, values)) for values in itertools.product(*(v for _, v in axes))]
+
+
+def cell_name(point: dict) -> str:
+    """A point's folder name, e.g. ``es.noise=full+es.population_size=8``."""
+    if not point:
+        return "base"
+    return "+".join(f"{key}={value}" for key, value in point.items()).replace("/", "_")
+
+
+def configure(shared: training.TrainConfig, point: dict, seed: int) -> training.TrainConfig:
+    """``shared`` with a point's overrides and the seed."""
+    sections: dict[str, dict] = {"run": {"seed": seed}}
+    for key, value in point.items():
+        section, option = key.split(".")
+        sections.setdefault(section, {})[option] = value
+    return shared.replace(**sections)
+
+
+def bootstrap_difference(first: list[np.ndarray], second: list[np.ndarray],
+                         samples: int = 2000, seed: int = 0
+                         ) -> tuple[float, float]:
+    """95% interval of mean(first) − mean(second) by a hierarchical bootstrap: resample
+    seeds, then episodes within each seed, the same indices for both (paired puzzles).
+
+    Args:
+      first, second: per seed, per-episode outcomes on the same puzzles in the same order.
+    """
+    rng = np.random.default_rng(seed)
+    differences = np.asarray(first) - np.asarray(second)  # (seeds, episodes)
+    num_seeds, num_episodes = differences.shape
+    seeds = rng.integers(0, num_seeds, (samples, num_seeds))
+    episodes = rng.integers(0, num_episodes, (samples, num_seeds, num_episodes))
+    means = differences[seeds[..., None], episodes].mean(axis=(1, 2))
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)

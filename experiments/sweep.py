@@ -1,0 +1,110 @@
+r"""A sweep: the product of a grid's values × seeds, each point a training run.
+
+  python -m experiments.sweep --config=experiments/configs/cpu_default.py \
+      --grid='es.noise=full,lowrank;es.population_size=8,16,32' --seeds=0,1,2 \
+      --workdir=workdirs/sweep [--results=experiments/results/sweep]
+
+``--grid`` lists axes separated by ``;``, each ``section.option=v1,v2,...`` (values as
+Python literals, else strings); ``--config`` and its dotted overrides set what every run
+shares. Every run is checked before any compute, then run by ``experiments.grid``: one
+model load, finished runs reused (also from ``--results``, e.g. committed result files),
+interrupted runs resumed, a failed run recorded without stopping the others. The table
+(``table.md``, ``table.json``) and plot (``success.png``) go to ``--results`` (default:
+the workdir): per grid point, held-out success and mean reward before and after, each
+seed's value, the mean over seeds ± the s.e. across seeds, and wall time per run.
+"""
+
+import os
+
+from absl import app, flags
+
+from agentic_esopt import training
+from experiments import grid, launch
+
+_CONFIG = launch.define_config("experiments/configs/cpu_default.py",
+                               "Config shared by every run.")
+_GRID = flags.DEFINE_string("grid", "", "Axes 'section.option=v1,v2;section.option=...' "
+                                        "(empty: the config alone).")
+_SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Run seeds.")
+_WORKDIR = flags.DEFINE_string("workdir", "workdirs/sweep", "Folder of the runs.")
+_RESULTS = flags.DEFINE_string("results", None, "Folder of the finished runs' result "
+                                                "files, table and plot (default: workdir).")
+
+
+def grid_runs(shared: training.TrainConfig, axes, seeds: list[int]
+              ) -> tuple[list[dict], list[grid.Run]]:
+    """The grid's points and every run, all checked (UsageError listing every problem)."""
+    runs, problems = [], []
+    grid_points = grid.points(axes)
+    for point in grid_points:
+        for seed in seeds:
+            try:
+                runs.append(grid.Run(grid.cell_name(point), seed,
+                                     grid.configure(shared, point, seed)))
+            except ValueError as error:
+                problems.append(f"{grid.cell_name(point)}: {error}")
+    if problems:
+        raise app.UsageError("invalid grid:\n" + "\n".join(sorted(set(problems))))
+    return grid_points, runs
+
+
+def table_markdown(rows: list[dict]) -> str:
+    lines = ["| point | seeds | success before | after | per-seed after | after − before "
+             "| mean reward before | after | wall time / run (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["seeds"]:
+            lines.append(f"| {r['cell']} | 0 | failed: {'; '.join(r['failures'])} "
+                         "| | | | | | |")
+            continue
+        lines.append(f"| {r['cell']} | {r['seeds']} | {grid.mean_se(r, 'success_before')} | "
+                     f"{grid.mean_se(r, 'success_after')} | "
+                     f"{grid.seeds_text(r, 'success_after')} | "
+                     f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
+                     f"{grid.mean_se(r, 'reward_before')} | {grid.mean_se(r, 'reward_after')} | "
+                     f"{r['wall_time_s']:.0f} |")
+    return "\n".join(lines) + "\n\nmean ± s.e. across seeds.\n"
+
+
+def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, str],
+             results: str) -> list[dict]:
+    """One row per grid point over its finished seeds (failed seeds are listed)."""
+    rows = []
+    for point in grid_points:
+        cell = grid.cell_name(point)
+        mine = [run for run in runs if run.cell == cell]
+        done = [os.path.join(results, r.name) for r in mine if outcomes[r.name] == "ok"]
+        failures = [f"seed {r.seed}: {outcomes[r.name]}" for r in mine
+                    if outcomes[r.name] != "ok"]
+        row = grid.cell_row(done) if done else dict(seeds=0, seed_finals=[])
+        rows.append(dict(point=point, cell=cell, failures=failures, **row))
+    return rows
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    shared = launch.train_config(_CONFIG.value)
+    try:
+        seeds = [int(s) for s in _SEEDS.value]
+    except ValueError as error:
+        raise app.UsageError(f"--seeds must be integers, got {_SEEDS.value}") from error
+    try:
+        axes = grid.parse_grid(_GRID.value)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
+    grid_points, runs = grid_runs(shared, axes, seeds)
+    results = _RESULTS.value or _WORKDIR.value
+    outcomes = grid.run_all(runs, _WORKDIR.value, results)
+    rows = tabulate(grid_points, runs, outcomes, results)
+    table = table_markdown(rows)
+    grid.write_table(results, rows, table, grid=_GRID.value, seeds=seeds)
+    plotted = [r for r in rows if r["seeds"]]
+    if plotted:
+        grid.plot_cells(plotted, [r["cell"] for r in plotted],
+                        os.path.join(results, "success.png"), _GRID.value or "sweep")
+    print(table, flush=True)
+
+
+if __name__ == "__main__":
+    launch.run(main)

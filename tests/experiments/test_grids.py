@@ -1,0 +1,129 @@
+"""Grids of runs: the sweep launcher and ES vs GRPO share ``experiments.grid``."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from agentic_esopt import training
+from experiments import grid
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = training.TrainConfig.from_dict({"model": {"name": "tiny"}})
+
+
+def fake_train(successes: dict[int, tuple[float, float]], failing_seeds=()):
+    """A stand-in for ``training.train`` writing a finished run's result files."""
+    calls = []
+
+    def train(config, workdir, model=None):
+        del model
+        calls.append(workdir)
+        if config.run.seed in failing_seeds:
+            raise RuntimeError(f"seed {config.run.seed} broke")
+        before, after = successes[config.run.seed]
+        os.makedirs(workdir, exist_ok=True)
+        records = [dict(kind="eval", generation=0, success_rate=before, mean_reward=before,
+                        episode_task_ids=["a", "b"], episode_solved=[before, before]),
+                   dict(kind="train", generation=0, reward_std=0.0, wall_time_s=1.0),
+                   dict(kind="eval", generation=1, success_rate=after, mean_reward=after,
+                        episode_task_ids=["a", "b"], episode_solved=[after, after])]
+        with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        for name, value in (("config.json", config.to_dict()), ("summary.json",
+                                                                  {"wall_time_s": 2.0})):
+            with open(os.path.join(workdir, name), "w") as f:
+                json.dump(value, f)
+    return train, calls
+
+
+def test_a_grid_reuses_finished_runs_records_failures_and_retries_them(tmp_path,
+                                                                       monkeypatch):
+    monkeypatch.setattr(grid.models, "load", lambda *args: "model")
+    runs = [grid.Run("point", seed, CONFIG.replace(run={"seed": seed})) for seed in range(3)]
+    workdir, results = str(tmp_path / "work"), str(tmp_path / "results")
+    train, calls = fake_train({0: (0.0, 0.5), 1: (0.0, 1.0), 2: (0.5, 0.5)},
+                              failing_seeds=(1,))
+    outcomes = grid.run_all(runs, workdir, results, train)
+    assert outcomes == {"point/seed0": "ok", "point/seed1": "RuntimeError: seed 1 broke",
+                        "point/seed2": "ok"}
+    assert "seed 1 broke" in (tmp_path / "results/point/seed1/failure.txt").read_text()
+    assert sorted(os.listdir(tmp_path / "results/point/seed0")) == [
+        "config.json", "metrics.jsonl", "summary.json"]
+    train, calls = fake_train({0: (0.0, 0.5), 1: (0.0, 1.0), 2: (0.5, 0.5)})
+    assert set(grid.run_all(runs, workdir, results, train).values()) == {"ok"}
+    assert calls == [os.path.join(workdir, "point", "seed1")]  # only the failed one again
+    assert not (tmp_path / "results/point/seed1/failure.txt").exists()
+    row = grid.cell_row([os.path.join(results, r.name) for r in runs])
+    assert row["seed_finals"] == [0.5, 1.0, 0.5] and row["seeds"] == 3
+    assert row["success_change_seeds"] == [0.5, 1.0, 0.0]
+    assert row["success_change"] == pytest.approx(0.5)
+    assert row["success_change_se"] == pytest.approx(np.std([0.5, 1.0, 0.0], ddof=1) / 3**0.5)
+
+
+def test_grid_axes_parse_into_every_combination():
+    axes = grid.parse_grid("es.noise=full,lowrank; es.population_size=8,16;es.antithetic=true")
+    assert axes == [("es.noise", ["full", "lowrank"]), ("es.population_size", [8, 16]),
+                    ("es.antithetic", [True])]
+    grid_points = grid.points(axes)
+    assert len(grid_points) == 4 and grid_points[1] == {
+        "es.noise": "full", "es.population_size": 16, "es.antithetic": True}
+    assert grid.cell_name(grid_points[1]) == (
+        "es.noise=full+es.population_size=16+es.antithetic=True")
+    config = grid.configure(CONFIG, grid_points[1], seed=3)
+    assert (config.es.noise, config.es.population_size, config.run.seed) == ("full", 16, 3)
+    for bad in ("es.noise", "noise=full", "es.noise=full;es.noise=lowrank", "run.seed=1,2"):
+        with pytest.raises(ValueError):
+            grid.parse_grid(bad)
+
+
+def test_the_hierarchical_bootstrap_covers_the_difference_and_pairs_puzzles():
+    rng = np.random.default_rng(1)
+    second = [rng.integers(0, 2, 96).astype(float) for _ in range(3)]
+    low, high = grid.bootstrap_difference(second, second)
+    assert low == high == 0.0  # the same outcomes on the same puzzles: no difference
+    first = [np.clip(s + (rng.random(96) < 0.3), 0, 1) for s in second]
+    difference = np.mean(first) - np.mean(second)
+    low, high = grid.bootstrap_difference(first, second)
+    assert 0 < low < difference < high < 0.6
+
+
+def run_module(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=900, check=False)
+
+
+TINY = ["--config=experiments/configs/cpu_default.py", "--config.model.name=tiny",
+        "--config.run.generations=1", "--config.eval.size=4"]
+
+
+def test_contract_sweep_command_writes_its_table_and_reuses_finished_runs(tmp_path):
+    command = [*TINY, "--grid=es.population_size=4,6", "--seeds=0,1", f"--workdir={tmp_path}"]
+    first = run_module("experiments.sweep", *command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    table = json.loads((tmp_path / "table.json").read_text())
+    assert [row["point"] for row in table["rows"]] == [{"es.population_size": 4},
+                                                       {"es.population_size": 6}]
+    assert all(len(row["seed_finals"]) == 2 for row in table["rows"])
+    assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| es.population_size=4 | 2 |" in (tmp_path / "table.md").read_text()
+    again = run_module("experiments.sweep", *command)
+    assert again.returncode == 0 and "run 1/4" not in again.stderr
+    assert json.loads((tmp_path / "table.json").read_text()) == table
+
+
+def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_path):
+    result = run_module("experiments.es_vs_grpo", "--config.model.name=tiny",
+                        "--config.run.generations=2", "--config.es.population_size=4",
+                        "--config.eval.size=8", "--horizons=1", "--sigma_horizon=0",
+                        "--seeds=0,1", f"--workdir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tmp_path / "table.json").read_text())["rows"]
+    assert [(r["horizon"], r["method"]) for r in rows] == [(1, "es"), (1, "grpo")]
+    assert all(len(r["seed_finals"]) == 2 for r in rows)
+    low, high = rows[0]["minus_grpo_ci95"]
+    assert -1 <= low <= high <= 1 and "minus_grpo_ci95" not in rows[1]
+    assert 0 <= rows[0]["zero_spread_share"] <= 1
