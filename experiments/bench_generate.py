@@ -195,11 +195,8 @@ def torch_model(model: models.Model, dtype: str):
             for path in [tuple(k.key for k in path)]}
     for path, array in flat.items():
         array = np.swapaxes(array, -1, -2) if path[-1] == "kernel" else array
-        if path[0] == "layers":
-            for layer in range(array.shape[0]):
-                state[loading.HF_NAMES[path].format(layer)] = torch.from_numpy(array[layer])
-        else:
-            state[loading.HF_NAMES[path]] = torch.from_numpy(array)
+        for slot, name in loading.hf_names(model.config, path).items():
+            state[name] = torch.from_numpy(array if slot is None else array[slot])
     missing, unexpected = module.load_state_dict(state, strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
     module.tie_weights()
@@ -256,7 +253,8 @@ def population_benchmark(model: models.Model, prompt_len: int, new_tokens: int,
 
     def population(noise):
         strategy = es.agentic_esopt(population_size=size, sigma=1e-3, learning_rate=5e-4,
-                                    noise=noise, rank=_RANK.value)
+                                    noise=noise,
+                                    rank=_RANK.value if noise == "lowrank" else 1)
         return strategy.ask(strategy.init(jax.random.key(0), model.params))
 
     lowrank = population("lowrank")

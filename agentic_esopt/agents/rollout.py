@@ -26,7 +26,8 @@ import numpy as np
 from agentic_esopt import options as options_lib
 from agentic_esopt.agents.prompts import Message, add_turn, initial_messages, trim_history
 from agentic_esopt.envs.base import EnvFactory
-from agentic_esopt.models.kv_cache import ConversationCache
+from agentic_esopt.models.kv_cache import Conversation, ConversationCache
+from agentic_esopt.models.sampling import Sampling
 
 
 class TurnTokens(NamedTuple):
@@ -272,17 +273,19 @@ class Options:
         return problems
 
 
-def sampling(options: Options, temperature: float) -> dict[str, Any]:
-    """``models.generate``'s sampling arguments for ``options`` at ``temperature``."""
-    return dict(max_new_tokens=options.max_new_tokens, temperature=temperature,
-                top_k=options.top_k or None,
-                top_p=options.top_p if options.top_p < 1 else None,
-                presence_penalty=options.presence_penalty,
-                frequency_penalty=options.frequency_penalty)
+def sampling(options: Options, temperature: float, stop: Sequence[str] = ()) -> Sampling:
+    """``models.generate``'s sampling for ``options`` at ``temperature``, ending rows at
+    ``stop`` strings."""
+    return Sampling(max_new_tokens=options.max_new_tokens, temperature=temperature,
+                    top_k=options.top_k or None,
+                    top_p=options.top_p if options.top_p < 1 else None,
+                    presence_penalty=options.presence_penalty,
+                    frequency_penalty=options.frequency_penalty, stop=tuple(stop))
 
 
-# generate(model, prompts, **sampling) -> models.GenerationOutput: ``models.generate`` or a
-# stand-in with its signature (tests inject scripted replies).
+# generate(model, prompts, sampling=..., key=..., population=..., members=..., streams=...,
+# conversation=...) -> models.GenerationOutput: ``models.generate`` or a stand-in with its
+# signature (tests inject scripted replies).
 Generate = Callable[..., Any]
 
 
@@ -329,11 +332,12 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
             prompts = model.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         call_key = None if key is None else jax.random.fold_in(key, next(call_index))
         output = generate(
-            model, prompts, **sampling(options, temperature), key=call_key,
-            population=population, stop=stop or None,
+            model, prompts, sampling=sampling(options, temperature, stop), key=call_key,
+            population=population,
             members=None if population is None else np.asarray(members, dtype=np.int32),
             streams=sample_streams(population is not None, members, task_indices),
-            cache=cache, rows=None if cache is None else list(zip(members, task_indices)))
+            conversation=None if cache is None else Conversation(
+                cache, list(zip(members, task_indices))))
         texts = [options.reply_prefix + text for text in output.texts]
         if not keep_tokens:
             return texts

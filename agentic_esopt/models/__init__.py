@@ -3,9 +3,9 @@
 from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.models.decoder import init_params
 from agentic_esopt.models.export import save_pretrained
-from agentic_esopt.models.kv_cache import ConversationCache
+from agentic_esopt.models.kv_cache import Conversation, ConversationCache
 from agentic_esopt.models.loading import Model, load
-from agentic_esopt.models.sampling import GenerationOutput, generate, logits
+from agentic_esopt.models.sampling import GenerationOutput, Sampling, generate, logits
 
-__all__ = ["ConversationCache", "GenerationOutput", "Model", "ModelConfig", "generate", "init_params", "load",
-           "logits", "save_pretrained"]
+__all__ = ["Conversation", "ConversationCache", "GenerationOutput", "Model", "ModelConfig",
+           "Sampling", "generate", "init_params", "load", "logits", "save_pretrained"]

@@ -1,4 +1,8 @@
-"""Model configuration parsed from (and written back to) a Hugging Face `config.json`."""
+"""Model configuration, and the Hugging Face `config.json` fields every family shares.
+
+Each architecture (``architectures``) reads and writes its own family's `config.json`
+with these helpers; ``architectures.config_from_hf`` picks the family by `model_type`.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "qwen3_5")
 LAYER_TYPES = ("full_attention", "linear_attention")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
-HF_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                    "qwen3": "Qwen3ForCausalLM", "qwen3_5": "Qwen3_5ForCausalLM"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ class ModelConfig:
     """Static description of a decoder-only transformer (hashable, jit-static).
 
     Attributes:
-        model_type: "llama", "qwen2", "qwen3" or "qwen3_5".
+        model_type: a registered architecture (``architectures.names()``).
         vocab_size: rows of the embedding table.
         hidden_size: residual width d.
         intermediate_size: MLP width.
@@ -125,7 +126,6 @@ class ModelConfig:
     attn_output_gate: bool = False
 
     def __post_init__(self):
-        _check_model_type(self.model_type)
         if self.layer_types and (len(self.layer_types) != self.num_layers
                                  or not set(self.layer_types) <= set(LAYER_TYPES)):
             raise ValueError(f"layer_types must be {self.num_layers} entries of {LAYER_TYPES}, "
@@ -144,11 +144,6 @@ class ModelConfig:
         return self.layer_types or ("full_attention",) * self.num_layers
 
     @property
-    def is_hybrid(self) -> bool:
-        """Whether some layers are linear attention (the Qwen3.5 decoder runs them)."""
-        return "linear_attention" in self.kinds
-
-    @property
     def rotary_dim(self) -> int:
         """Leading dims of each head that RoPE rotates (the rest pass through)."""
         return int(self.head_dim * self.rope.partial_rotary_factor)
@@ -162,13 +157,6 @@ class ModelConfig:
         kind = {"attn": "full_attention", "linear_attn": "linear_attention"}.get(block)
         return tuple(i for i, k in enumerate(self.kinds) if kind in (None, k))
 
-    @classmethod
-    def from_hf(cls, config: Mapping[str, Any] | str | os.PathLike) -> ModelConfig:
-        """Builds a config from a HF `config.json` dict, file path or checkpoint directory."""
-        if not isinstance(config, Mapping):
-            config = read_hf_config(config)
-        return from_hf_dict(config)
-
 
 def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
     """Reads `config.json` from a file path or a checkpoint directory."""
@@ -181,106 +169,102 @@ def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:
         return json.load(f)
 
 
-def from_hf_dict(hf: Mapping[str, Any]) -> ModelConfig:
-    """Translates a HF config dict (transformers 4 or 5 layout) into a `ModelConfig`.
+def common_fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The `ModelConfig` fields every family reads alike from a HF config dict.
 
-    A multimodal Qwen3.5 config contributes its ``text_config`` (the vision tower is not
-    used); fields the text config leaves unset (special token ids) come from the outer
-    config, whose ``tie_word_embeddings`` decides the head (as in transformers).
+    Raises:
+      ValueError: a HF feature no family implements, or a missing required field.
     """
-    if hf.get("model_type") == "qwen3_5" and "text_config" in hf:
-        outer = {k: v for k, v in hf.items() if k != "text_config"}
-        hf = {**outer, **{k: v for k, v in hf["text_config"].items() if v is not None}}
-        if "tie_word_embeddings" in outer:
-            hf["tie_word_embeddings"] = outer["tie_word_embeddings"]
-    if hf.get("model_type") == "qwen3_5_text":
-        hf = {**hf, "model_type": "qwen3_5"}
-    model_type = hf.get("model_type")
-    _check_model_type(model_type)
-    _check_unsupported_features(hf)
-    if model_type == "qwen3_5":
-        return _qwen3_5_from_hf(hf)
-    num_heads = _required(hf, "num_attention_heads")
-    hidden_size = _required(hf, "hidden_size")
-    default_head_dim = 128 if model_type == "qwen3" else hidden_size // num_heads
-    attention_bias = bool(hf.get("attention_bias", False))
-    return ModelConfig(
-        model_type=model_type,
-        vocab_size=_required(hf, "vocab_size"),
-        hidden_size=hidden_size,
-        intermediate_size=_required(hf, "intermediate_size"),
-        num_layers=_required(hf, "num_hidden_layers"),
-        num_heads=num_heads,
-        num_kv_heads=hf.get("num_key_value_heads") or num_heads,
-        head_dim=hf.get("head_dim") or default_head_dim,
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"Unsupported hidden_act {hf['hidden_act']!r}; only 'silu' is "
+                         "implemented.")
+    if hf.get("use_sliding_window", False):
+        raise ValueError("Sliding-window attention (use_sliding_window=true) is not supported.")
+    if hf.get("pretraining_tp", 1) != 1:
+        raise ValueError("pretraining_tp != 1 is not supported.")
+    return dict(
+        vocab_size=required(hf, "vocab_size"),
+        hidden_size=required(hf, "hidden_size"),
+        intermediate_size=required(hf, "intermediate_size"),
+        num_layers=required(hf, "num_hidden_layers"),
+        num_heads=required(hf, "num_attention_heads"),
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope=rope_from_hf(hf),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=model_type == "qwen2" or attention_bias,
-        o_bias=model_type != "qwen2" and attention_bias,
-        mlp_bias=bool(hf.get("mlp_bias", False)),
-        qk_norm=model_type == "qwen3",
-        max_position_embeddings=int(hf.get("max_position_embeddings", 2048)),
         eos_token_ids=_as_id_tuple(hf.get("eos_token_id")),
         bos_token_id=_first_id(hf.get("bos_token_id")),
         pad_token_id=_first_id(hf.get("pad_token_id")),
     )
 
 
-def _qwen3_5_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """Qwen3.5 text config: hybrid layers, gated attention, partial RoPE.
+def common_fields_to_hf(config: ModelConfig, architecture: str, model_type: str
+                        ) -> dict[str, Any]:
+    """The HF config dict fields every family writes alike, the inverse of
+    `common_fields_from_hf` (plus head and RoPE settings).
 
-    Text-only positions make the multimodal RoPE (``mrope_section``) plain RoPE on the
-    rotated dims, so the sections are not read.
+    RoPE is written both as transformers 5 `rope_parameters` and as transformers 4
+    `rope_theta`/`rope_scaling`, so either version reads it.
+
+    Args:
+      config: the config to write.
+      architecture: the transformers class (`architectures` entry).
+      model_type: the HF `model_type`.
     """
-    num_layers = _required(hf, "num_hidden_layers")
-    interval = int(hf.get("full_attention_interval", 4))
-    layer_types = tuple(hf.get("layer_types") or (
-        "full_attention" if (i + 1) % interval == 0 else "linear_attention"
-        for i in range(num_layers)))
-    # transformers' default partial_rotary_factor for Qwen3.5 is 0.25.
-    rope_hf = {**hf, "partial_rotary_factor": hf.get("partial_rotary_factor", 0.25)}
-    attention_bias = bool(hf.get("attention_bias", False))
-    return ModelConfig(
-        model_type="qwen3_5",
-        vocab_size=_required(hf, "vocab_size"),
-        hidden_size=_required(hf, "hidden_size"),
-        intermediate_size=_required(hf, "intermediate_size"),
-        num_layers=num_layers,
-        num_heads=_required(hf, "num_attention_heads"),
-        num_kv_heads=_required(hf, "num_key_value_heads"),
-        head_dim=int(hf.get("head_dim") or 256),
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope=rope_from_hf(rope_hf),
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=attention_bias,
-        o_bias=attention_bias,
-        qk_norm=True,
-        max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
-        eos_token_ids=_as_id_tuple(hf.get("eos_token_id")),
-        bos_token_id=_first_id(hf.get("bos_token_id")),
-        pad_token_id=_first_id(hf.get("pad_token_id")),
-        layer_types=layer_types,
-        linear_attention=LinearAttentionConfig(
-            num_key_heads=int(hf.get("linear_num_key_heads", 16)),
-            num_value_heads=int(hf.get("linear_num_value_heads", 32)),
-            key_head_dim=int(hf.get("linear_key_head_dim", 128)),
-            value_head_dim=int(hf.get("linear_value_head_dim", 128)),
-            conv_kernel=int(hf.get("linear_conv_kernel_dim", 4))),
-        attn_output_gate=bool(hf.get("attn_output_gate", True)),
-    )
+    c = config
+    rope = rope_to_hf(c.rope)
+    hf = {
+        "architectures": [architecture],
+        "model_type": model_type,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": c.rms_norm_eps,
+        "max_position_embeddings": c.max_position_embeddings,
+        "tie_word_embeddings": c.tie_word_embeddings,
+        "attention_bias": c.o_bias,  # qwen2's q/k/v biases are implied by its model_type.
+        "rope_parameters": rope,
+        "rope_theta": c.rope.theta,
+        **special_token_ids_to_hf(c),
+    }
+    if c.rope.kind != "default":
+        hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+    return hf
 
 
-def rope_from_hf(hf: Mapping[str, Any]) -> RopeConfig:
-    """RoPE settings from `rope_parameters` (transformers 5) or `rope_theta`/`rope_scaling`."""
+def check_expressible(config: ModelConfig, problems: list[tuple[bool, str]]) -> None:
+    """Raises ValueError naming every message whose condition holds: what the HF class of
+    `config.model_type` cannot express."""
+    messages = [message for failed, message in problems if failed]
+    if messages:
+        raise ValueError(f"This {config.model_type} config has no HF equivalent: "
+                         f"{'; '.join(messages)}.")
+
+
+def rope_from_hf(hf: Mapping[str, Any], partial_rotary_factor: float | None = None
+                 ) -> RopeConfig:
+    """RoPE settings from `rope_parameters` (transformers 5) or `rope_theta`/`rope_scaling`.
+
+    Args:
+      hf: the HF config dict.
+      partial_rotary_factor: the default fraction of each head that is rotated, for a
+        family that rotates part of each head; None: whole heads (any other fraction is
+        an error).
+    """
     params = dict(hf.get("rope_scaling") or {})
     params.update(hf.get("rope_parameters") or {})
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"Unsupported rope_type {kind!r}; supported: {SUPPORTED_ROPE_TYPES}.")
-    partial = float(params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0)))
-    if partial != 1.0 and hf.get("model_type") != "qwen3_5":
-        raise ValueError("partial_rotary_factor != 1 is only supported for qwen3_5.")
+    default = 1.0 if partial_rotary_factor is None else partial_rotary_factor
+    partial = float(params.get("partial_rotary_factor",
+                               hf.get("partial_rotary_factor", default)))
+    if partial != 1.0 and partial_rotary_factor is None:
+        raise ValueError(f"{hf.get('model_type')} rotates whole heads; "
+                         f"partial_rotary_factor={partial} is not supported.")
     theta = params.get("rope_theta", hf.get("rope_theta", 10000.0))
     if kind == "default":
         return RopeConfig(theta=float(theta), partial_rotary_factor=partial)
@@ -300,51 +284,6 @@ def rope_from_hf(hf: Mapping[str, Any]) -> RopeConfig:
         original_max_position_embeddings=int(params.get(
             "original_max_position_embeddings", hf.get("max_position_embeddings", 8192))),
     )
-
-
-def to_hf_dict(config: ModelConfig) -> dict[str, Any]:
-    """The HF config dict of a `ModelConfig`, the inverse of `from_hf_dict`.
-
-    RoPE is written both as transformers 5 `rope_parameters` and as transformers 4
-    `rope_theta`/`rope_scaling`, so either version reads it.
-
-    Raises:
-      ValueError: biases or norms the HF class of `config.model_type` cannot express.
-    """
-    c = config
-    _check_hf_expressible(c)
-    rope = rope_to_hf(c.rope)
-    hf = {
-        "architectures": [HF_ARCHITECTURES[c.model_type]],
-        "model_type": c.model_type,
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.hidden_size,
-        "intermediate_size": c.intermediate_size,
-        "num_hidden_layers": c.num_layers,
-        "num_attention_heads": c.num_heads,
-        "num_key_value_heads": c.num_kv_heads,
-        "head_dim": c.head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": c.rms_norm_eps,
-        "max_position_embeddings": c.max_position_embeddings,
-        "tie_word_embeddings": c.tie_word_embeddings,
-        "attention_bias": c.o_bias,  # qwen2's q/k/v biases are implied by its model_type.
-        "mlp_bias": c.mlp_bias,
-        "rope_parameters": rope,
-        "rope_theta": c.rope.theta,
-        **special_token_ids_to_hf(c),
-    }
-    if c.rope.kind != "default":
-        hf["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
-    if c.model_type == "qwen3_5":  # Qwen3_5ForCausalLM's text config.
-        la = c.linear_attention
-        del hf["mlp_bias"]
-        hf.update(model_type="qwen3_5_text", layer_types=list(c.kinds),
-                  linear_num_key_heads=la.num_key_heads,
-                  linear_num_value_heads=la.num_value_heads,
-                  linear_key_head_dim=la.key_head_dim, linear_value_head_dim=la.value_head_dim,
-                  linear_conv_kernel_dim=la.conv_kernel)
-    return hf
 
 
 def special_token_ids_to_hf(config: ModelConfig) -> dict[str, Any]:
@@ -369,43 +308,8 @@ def rope_to_hf(rope: RopeConfig) -> dict[str, Any]:
     return params
 
 
-def _check_hf_expressible(c: ModelConfig) -> None:
-    """Raises unless the HF class of `c.model_type` has exactly `c`'s biases and norms."""
-    qwen2, qwen3_5 = c.model_type == "qwen2", c.model_type == "qwen3_5"
-    problems = [
-        (c.qk_norm != (c.model_type in ("qwen3", "qwen3_5")),
-         "q/k norms exist exactly in qwen3 and qwen3_5"),
-        (c.attn_output_gate != qwen3_5, "attention output gates exist exactly in qwen3_5"),
-        (c.is_hybrid and not qwen3_5, "only qwen3_5 has linear-attention layers"),
-        (qwen3_5 and c.rope.kind != "default", "qwen3_5 has plain (default) RoPE"),
-        (qwen2 and (not c.qkv_bias or c.o_bias), "qwen2 has q/k/v biases and no o bias"),
-        (not qwen2 and c.qkv_bias != c.o_bias,
-         f"{c.model_type} has q/k/v/o biases all or none (attention_bias)"),
-        (c.model_type != "llama" and c.mlp_bias, "only llama has MLP biases (mlp_bias)"),
-    ]
-    messages = [message for failed, message in problems if failed]
-    if messages:
-        raise ValueError(f"This {c.model_type} config has no HF equivalent: "
-                         f"{'; '.join(messages)}.")
-
-
-def _check_model_type(model_type: Any) -> None:
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise ValueError(f"Unsupported model_type {model_type!r}; supported: "
-                         f"{SUPPORTED_MODEL_TYPES}.")
-
-
-def _check_unsupported_features(hf: Mapping[str, Any]) -> None:
-    if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"Unsupported hidden_act {hf['hidden_act']!r}; only 'silu' is "
-                         "implemented.")
-    if hf.get("use_sliding_window", False):
-        raise ValueError("Sliding-window attention (use_sliding_window=true) is not supported.")
-    if hf.get("pretraining_tp", 1) != 1:
-        raise ValueError("pretraining_tp != 1 is not supported.")
-
-
-def _required(hf: Mapping[str, Any], key: str) -> int:
+def required(hf: Mapping[str, Any], key: str) -> int:
+    """``int(hf[key])``; raises ValueError naming the field when it is missing."""
     if key not in hf or hf[key] is None:
         raise ValueError(f"config.json is missing required field {key!r}.")
     return int(hf[key])

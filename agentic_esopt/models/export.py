@@ -1,8 +1,9 @@
 """Writing models as Hugging Face checkpoint folders (`transformers` loads them).
 
-The inverse of `loading.load_hf_dir`: tensors get their names from the same table
-(`loading.HF_NAMES`), stacked per-layer leaves are split into one tensor per layer and
-(in, out) kernels are transposed back to torch's (out, in). Query/key rows need no
+The inverse of `loading.load_hf_dir`: tensors get their names from the same table (the
+architecture's, through `loading.hf_names`), stacked per-layer leaves are split into one
+tensor per layer and (in, out) kernels are transposed back to torch's (out, in); the
+config is the architecture's too (`architectures.config_to_hf`). Query/key rows need no
 rotary permutation: parameters are always in HF's half-split rotary layout, because HF
 folders are loaded as they are and GGUF files are un-permuted when converted
 (`gguf.unpermute_rotary`).
@@ -29,8 +30,8 @@ import numpy as np
 import safetensors.numpy
 import transformers
 
-from agentic_esopt.models import config as config_lib
-from agentic_esopt.models import decoder, loading
+from agentic_esopt.models import architectures, decoder, loading
+from agentic_esopt.models.config import ModelConfig, special_token_ids_to_hf
 from agentic_esopt.models.tokenizer import save_tokenizer
 
 PyTree = Any
@@ -78,7 +79,7 @@ def save_pretrained(model: loading.Model, out_dir: str | os.PathLike, *,
     if dtype.name not in loading.DTYPES:
         raise ValueError(f"Cannot export {dtype.name} params; choose a dtype of "
                          f"{tuple(loading.DTYPES)}.")
-    hf_config = {**config_lib.to_hf_dict(config), "dtype": dtype.name,
+    hf_config = {**architectures.config_to_hf(config), "dtype": dtype.name,
                  "torch_dtype": dtype.name}
     generation = (None if generation_config is None
                   else hf_generation_config(config, generation_config))
@@ -106,7 +107,7 @@ def save_pretrained(model: loading.Model, out_dir: str | os.PathLike, *,
     return out_dir
 
 
-def hf_tensor_sources(config: config_lib.ModelConfig, flat: Mapping[tuple[str, ...], Any]
+def hf_tensor_sources(config: ModelConfig, flat: Mapping[tuple[str, ...], Any]
                       ) -> dict[str, tuple[tuple[str, ...], int | None]]:
     """HF tensor name -> (parameter path, layer or None); global tensors first, then by layer."""
     sources = {name: (path, layer) for path in flat
@@ -148,14 +149,14 @@ def write_safetensors(out_dir: pathlib.Path,
                                                                + "\n")
 
 
-def hf_generation_config(config: config_lib.ModelConfig, options: Mapping[str, Any]
+def hf_generation_config(config: ModelConfig, options: Mapping[str, Any]
                          ) -> transformers.GenerationConfig:
     """A validated `GenerationConfig` from `options` over the config's special token ids.
 
     Raises:
       ValueError: transformers rejects the combination of options.
     """
-    fields = {**config_lib.special_token_ids_to_hf(config), **options}
+    fields = {**special_token_ids_to_hf(config), **options}
     fields = {key: value for key, value in fields.items() if value is not None}
     fields.setdefault("do_sample", fields.get("temperature", 0) > 0)
     if fields.get("temperature") == 0:  # This library's greedy decoding.
@@ -165,7 +166,7 @@ def hf_generation_config(config: config_lib.ModelConfig, options: Mapping[str, A
     return generation
 
 
-def _checked_flat_params(config: config_lib.ModelConfig, params: PyTree
+def _checked_flat_params(config: ModelConfig, params: PyTree
                          ) -> dict[tuple[str, ...], Any]:
     """The flattened params, after checking their paths and shapes against the config."""
     flat = flax.traverse_util.flatten_dict(params)

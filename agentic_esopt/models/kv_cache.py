@@ -8,16 +8,16 @@ prompt normally extends the last one by the reply and the new observation). A pr
 does not extend the cached one (history trimming, a new episode) keeps what still matches,
 down to nothing.
 
-Layout: one device cache (``decoder.KVCache``, S slots) per batch of rows. Every call
+Layout: one device cache (``layers.KVCache``, S slots) per batch of rows. Every call
 writes its new tokens (a left-padded chunk, then the decoded tokens) at the same columns of
 every row, from the first column not written yet, so a row's tokens may have gaps: the
 host-side ``slots`` (B, S) array records which token sits in each slot (-1: none), and is
 the attention mask. When the columns run out, a row set changes or the batch's size
 bucket shrinks (finished episodes), the cache is *relaid*: the kept tokens of the called
 rows move into a cache sized for the call, each row's kept prefix right before the slots
-of its new tokens (in place when the rows and the cache's shape stay the same). Hybrid
-(Qwen3.5) models keep recurrent states that cannot be rolled back to a prefix, so they
-re-prefill every call.
+of its new tokens (in place when the rows and the cache's shape stay the same). Models
+whose caches cannot be cut back to a prefix (``Architecture.prefix_cache`` false: Qwen3.5's
+recurrent states) re-prefill every call.
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from agentic_esopt.models import decoder
+from agentic_esopt.models import architectures, decoder
 from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models.layers import KVCache, slot_axes
 from agentic_esopt.sharding import DATA, MODEL
 
 EMPTY = -1
@@ -64,12 +65,11 @@ def rows_sharding(mesh: Mesh, ndim: int) -> NamedSharding:
     return NamedSharding(mesh, P(DATA, *(None,) * (ndim - 1)))
 
 
-def cache_shardings(mesh: Mesh, cache: Any) -> Any:
-    """Shardings of a cache's leaves: rows over ``data``; the heads of keys, values and
-    recurrent states over ``model`` where the axis divides them (else replicated over it).
-    A ``decoder.KVCache``'s buffers are (B, heads, ...); a hybrid cache stacks its layers
-    first, (L, B, ...) (its conv states have no heads axis)."""
-    rows_axis = 0 if isinstance(cache, decoder.KVCache) else 1
+def cache_shardings(mesh: Mesh, cache: Any, rows_axis: int) -> Any:
+    """Shardings of a cache's leaves: rows (``rows_axis``: ``Architecture.cache_rows_axis``)
+    over ``data``; the heads of keys, values and recurrent states (the axis after the rows
+    in leaves of ``rows_axis + 4`` dims) over ``model`` where the axis divides them (else
+    replicated over it)."""
 
     def spec(leaf):
         heads = leaf.ndim == rows_axis + 4 and leaf.shape[rows_axis + 1] % mesh.shape[MODEL] == 0
@@ -114,7 +114,7 @@ class _Rows:
     keys: list[Hashable]
     slots: np.ndarray  # (B, S) token id in each slot, EMPTY where none.
     end: int  # First column no call has written since the last relayout.
-    kv: Any  # decoder.KVCache, or qwen3_5.HybridCache.
+    kv: Any  # The architecture's cache (``decoder.empty_cache``).
     mesh: Mesh | None  # Where ``kv`` is sharded (``cache_shardings``), if anywhere.
 
     def held(self, row: int) -> np.ndarray:
@@ -124,12 +124,12 @@ class _Rows:
 class ConversationCache:
     """KV caches of a set of rows, kept between ``models.generate`` calls.
 
-    Pass the same instance and a stable key per row (``generate(..., cache=c, rows=keys)``)
-    to every turn of a batch of episodes. Memory is bounded by ``max_context``: a prompt
-    plus its new tokens longer than that fails with a clear error before any compute, and
-    a row never holds more than ``max_context`` slots plus the new-token bucket's rounding
-    (< 16 + max_new_tokens / 2).
-    Full-rank populations keep one cache per member.
+    Pass the same instance and a stable key per row
+    (``generate(..., conversation=Conversation(c, keys))``) to every turn of a batch of
+    episodes. Memory is bounded by ``max_context``: a prompt plus its new tokens longer
+    than that fails with a clear error before any compute, and a row never holds more
+    than ``max_context`` slots plus the new-token bucket's rounding
+    (< 16 + max_new_tokens / 2). Full-rank populations keep one cache per member.
     """
 
     def __init__(self, max_context: int | None = None):
@@ -167,8 +167,9 @@ class ConversationCache:
         if len(set(keys)) != len(keys):
             raise ValueError("rows must be distinct within a call")
         rows = self._parts.pop(part, None)
-        if rows is not None and (config.is_hybrid or rows.kv is None or rows.mesh != mesh):
-            rows = None  # Recurrent states cannot roll back; a call died holding it; moved.
+        reusable = architectures.get(config).prefix_cache
+        if rows is not None and (not reusable or rows.kv is None or rows.mesh != mesh):
+            rows = None  # Cannot be cut back to a prefix; a call died holding it; moved.
         index = {} if rows is None else {key: i for i, key in enumerate(rows.keys)}
         kept = [0 if key not in index else
                 min(common_prefix(rows.held(index[key]), ids), len(ids) - 1)
@@ -255,6 +256,19 @@ class ConversationCache:
         return Chunk(np.asarray(batch_rows), tokens, tokens_mask, positions, real, start)
 
 
+class Conversation(NamedTuple):
+    """The rows of a ``ConversationCache`` that a ``generate`` call continues.
+
+    Attributes:
+      cache: the cache kept across calls.
+      rows: a distinct hashable key per prompt naming its row (e.g. an episode's
+        (member, task)).
+    """
+
+    cache: ConversationCache
+    rows: Sequence[Hashable]
+
+
 def _truncate(slots: np.ndarray, keep: int) -> None:
     """Empties a row's slots after its first ``keep`` tokens (in place)."""
     held = np.flatnonzero(slots != EMPTY)
@@ -265,20 +279,21 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def constrain_cache(cache: Any, mesh: Mesh | None) -> Any:
+def constrain_cache(cache: Any, mesh: Mesh | None, rows_axis: int) -> Any:
     """``cache`` constrained to ``cache_shardings`` inside a jitted function (on a mesh)."""
     if mesh is None:
         return cache
-    return jax.lax.with_sharding_constraint(cache, cache_shardings(mesh, cache))
+    return jax.lax.with_sharding_constraint(cache, cache_shardings(mesh, cache, rows_axis))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "batch", "length", "dtype", "mesh"))
 def _empty(config: ModelConfig, batch: int, length: int, dtype: Any, mesh: Mesh | None) -> Any:
-    return constrain_cache(decoder.empty_cache(config, batch, length, dtype), mesh)
+    return constrain_cache(decoder.empty_cache(config, batch, length, dtype), mesh,
+                           architectures.get(config).cache_rows_axis)
 
 
-def _move_rows(old: decoder.KVCache | None, new: decoder.KVCache, sources: jax.Array,
-               columns: jax.Array) -> decoder.KVCache:
+def _move_rows(old: KVCache | None, new: KVCache, sources: jax.Array,
+               columns: jax.Array) -> KVCache:
     """``new`` with each row r set to row ``sources[r]`` of ``old`` (None: of ``new`` as it
     stands when row r is written), its slots reordered to ``columns[r]``.
 
@@ -293,14 +308,14 @@ def _move_rows(old: decoder.KVCache | None, new: decoder.KVCache, sources: jax.A
             return jax.lax.dynamic_update_index_in_dim(
                 out_x, jnp.take(held, columns[row], axis=slot_axis), row, axis=0)
 
-        return jax.tree.map(move, out, out if old is None else old, decoder.slot_axes(out))
+        return jax.tree.map(move, out, out if old is None else old, slot_axes(out))
 
     return jax.lax.fori_loop(0, columns.shape[0], write_row, new)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh",))
-def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
-            mesh: Mesh | None) -> decoder.KVCache:
+def _gather(kv: KVCache, sources: jax.Array, columns: jax.Array,
+            mesh: Mesh | None) -> KVCache:
     """Rows ``sources`` (B',) of a cache, each's slots reordered to ``columns`` (B', S'), in
     a fresh cache."""
 
@@ -309,14 +324,14 @@ def _gather(kv: decoder.KVCache, sources: jax.Array, columns: jax.Array,
         shape[0], shape[slot_axis] = columns.shape
         return jnp.zeros(shape, x.dtype)
 
-    new = jax.tree.map(fresh, kv, decoder.slot_axes(kv))
-    return constrain_cache(_move_rows(kv, new, sources, columns), mesh)
+    new = jax.tree.map(fresh, kv, slot_axes(kv))
+    return constrain_cache(_move_rows(kv, new, sources, columns), mesh, rows_axis=0)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh",), donate_argnames=("kv",))
-def _compact(kv: decoder.KVCache, columns: jax.Array, mesh: Mesh | None) -> decoder.KVCache:
+def _compact(kv: KVCache, columns: jax.Array, mesh: Mesh | None) -> KVCache:
     """Each row's slots reordered to ``columns`` (B, S) in place: a relayout that keeps the
     rows and the cache's shape allocates nothing (a fresh 6 GB cache took seconds just to
     be zeroed, page by page, at the end of a 64-row, 30-turn rollout)."""
     rows = jnp.arange(columns.shape[0])
-    return constrain_cache(_move_rows(None, kv, rows, columns), mesh)
+    return constrain_cache(_move_rows(None, kv, rows, columns), mesh, rows_axis=0)

@@ -1,14 +1,15 @@
 """Loading models: HF checkpoint directories (safetensors), GGUF files and named defaults.
 
-HF tensor names are routed by a regex name map into a ``jax.eval_shape``d parameter tree:
+HF tensor names are routed by the architecture's name map (``Architecture.hf_names``,
+matched as regexes) into a ``jax.eval_shape``d parameter tree:
 per-layer tensors are stacked on the leading L axis and torch (out, in) matrices are
 transposed to (in, out). Every name, shape and dtype is checked against the headers before
 any tensor data is read, and each leaf is read, converted and placed on device one at a
 time. Given shardings (``sharding.Layout.shardings``), each device's shard of a leaf is
 read straight from the memory-mapped file (``jax.make_array_from_callback``), so a model
-larger than one device never has a full copy on any device. ``HF_NAMES``, ``hf_names``
-and ``is_kernel`` are the one definition of this mapping; ``export`` writes checkpoints
-with its inverse.
+larger than one device never has a full copy on any device. ``hf_names``, ``route`` and
+``is_kernel`` are the one definition of this mapping; ``export`` writes checkpoints with
+its inverse.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import ml_dtypes
 import numpy as np
 
 from agentic_esopt import options as options_lib
-from agentic_esopt.models import tiny
+from agentic_esopt.models import architectures, tiny
 from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.models.decoder import init_params
 
@@ -41,30 +42,6 @@ GGUF_NAMES = ("smollm2-135m",)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
-# Parameter path -> HF tensor name ("{}" is the layer index of stacked "layers" leaves).
-HF_NAMES = {
-    ("embed", "embedding"): "model.embed_tokens.weight",
-    ("final_norm", "scale"): "model.norm.weight",
-    ("lm_head", "kernel"): "lm_head.weight",
-    ("layers", "input_norm", "scale"): "model.layers.{}.input_layernorm.weight",
-    ("layers", "post_attn_norm", "scale"): "model.layers.{}.post_attention_layernorm.weight",
-    **{("layers", "attn", f"{p}_proj", leaf): f"model.layers.{{}}.self_attn.{p}_proj.{suffix}"
-       for p in "qkvo" for leaf, suffix in (("kernel", "weight"), ("bias", "bias"))},
-    **{("layers", "attn", f"{p}_norm", "scale"): f"model.layers.{{}}.self_attn.{p}_norm.weight"
-       for p in "qk"},
-    **{("layers", "mlp", f"{p}_proj", leaf): f"model.layers.{{}}.mlp.{p}_proj.{suffix}"
-       for p in ("gate", "up", "down") for leaf, suffix in (("kernel", "weight"),
-                                                             ("bias", "bias"))},
-    # Qwen3.5 Gated DeltaNet layers.
-    **{("layers", "linear_attn", p, "kernel"): f"model.layers.{{}}.linear_attn.{p}.weight"
-       for p in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")},
-    ("layers", "linear_attn", "conv1d", "scale"): "model.layers.{}.linear_attn.conv1d.weight",
-    ("layers", "linear_attn", "A_log", "scale"): "model.layers.{}.linear_attn.A_log",
-    ("layers", "linear_attn", "dt", "bias"): "model.layers.{}.linear_attn.dt_bias",
-    ("layers", "linear_attn", "norm", "scale"): "model.layers.{}.linear_attn.norm.weight",
-}
-NAME_PATTERNS = [(re.compile(re.escape(name).replace(r"\{\}", r"(\d+)") + "$"), path)
-                 for path, name in HF_NAMES.items()]
 # Multimodal checkpoints (Qwen3.5) keep the text model under model.language_model.
 LANGUAGE_MODEL_PREFIX = re.compile(r"^model\.language_model\.")
 # Rotary tables, and a multimodal checkpoint's vision tower and multi-token-prediction head.
@@ -147,7 +124,7 @@ def load_hf_dir(path: str | os.PathLike, dtype: Any = jnp.float32,
                 shardings: Shardings | None = None) -> Model:
     """Loads config, safetensors weights and (if present) the tokenizer of a HF directory."""
     path = os.fspath(path)
-    config = ModelConfig.from_hf(path)
+    config = architectures.config_from_hf(path)
     params = load_params(config, safetensors_tensors(path), resolve_dtype(dtype), shardings)
     return Model(config, params, load_tokenizer(path))
 
@@ -209,16 +186,23 @@ def hf_names(config: ModelConfig, path: tuple[str, ...]) -> dict[int | None, str
     Slot i of a stack holds layer ``config.stacked_layers(block)[i]`` (every layer,
     except Qwen3.5's attention and linear-attention stacks).
     """
+    name = architectures.get(config).hf_names[path]
     if path[0] != "layers":
-        return {None: HF_NAMES[path]}
-    return {slot: HF_NAMES[path].format(layer)
-            for slot, layer in enumerate(config.stacked_layers(path[1]))}
+        return {None: name}
+    return {slot: name.format(layer) for slot, layer in enumerate(config.stacked_layers(path[1]))}
 
 
-def route(name: str) -> tuple[tuple[str, ...], int | None] | None:
+@functools.cache
+def _name_patterns(config: ModelConfig) -> list[tuple[re.Pattern, tuple[str, ...]]]:
+    """(regex of a HF tensor name, its parameter path) for each of the config's names."""
+    return [(re.compile(re.escape(name).replace(r"\{\}", r"(\d+)") + "$"), path)
+            for path, name in architectures.get(config).hf_names.items()]
+
+
+def route(config: ModelConfig, name: str) -> tuple[tuple[str, ...], int | None] | None:
     """(parameter path, layer index or None) of a HF tensor name, or None if unknown."""
     name = LANGUAGE_MODEL_PREFIX.sub("model.", name)
-    for pattern, path in NAME_PATTERNS:
+    for pattern, path in _name_patterns(config):
         match = pattern.match(name)
         if match:
             return path, int(match.group(1)) if match.groups() else None
@@ -280,7 +264,7 @@ def _route_all(config: ModelConfig, tensors: Mapping[str, TensorRef],
     """Maps every expected (path, layer) to a tensor name; checks names, shapes, dtypes."""
     sources: dict[tuple[str, ...], dict[int | None, str]] = {p: {} for p in flat_shapes}
     for name, ref in sorted(tensors.items()):
-        routed = route(name)
+        routed = route(config, name)
         if routed is None or routed[0] not in flat_shapes:
             if IGNORED_NAMES.match(name) or (name == "lm_head.weight"
                                              and config.tie_word_embeddings):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -30,10 +30,11 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentic_esopt.es import noise as es_noise
-from agentic_esopt.models import decoder
+from agentic_esopt.models import architectures, decoder
 from agentic_esopt.models.config import ModelConfig
-from agentic_esopt.models.kv_cache import (ConversationCache, bucket, constrain_cache,
-                                           mesh_of, rows_sharding)
+from agentic_esopt.models.kv_cache import (Conversation, ConversationCache, bucket,
+                                           constrain_cache, mesh_of, rows_sharding)
+from agentic_esopt.models.layers import Deltas
 from agentic_esopt.models.loading import Model
 
 PyTree = Any
@@ -66,6 +67,52 @@ class GenerationOutput(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
+class Sampling:
+    """How ``generate`` chooses each row's tokens and when the row ends.
+
+    Attributes:
+      max_new_tokens: maximum tokens generated per row.
+      temperature: 0 for greedy decoding, else the softmax temperature.
+      top_k: sample among the k most likely tokens (None: all).
+      top_p: sample from the smallest set of tokens with probability mass >= top_p
+        (None: all).
+      presence_penalty: subtracted once from the logit of every token generated so far.
+      frequency_penalty: subtracted from a generated token's logit per occurrence.
+      stop: strings that end a row's generation (excluded from its text); one string, a
+        sequence or None, kept as a tuple.
+
+    Raises:
+      ValueError: out-of-range values.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        object.__setattr__(self, "stop", stop)
+        penalties = (self.presence_penalty, self.frequency_penalty)
+        problems = [
+            (self.max_new_tokens < 1, f"max_new_tokens must be >= 1, got {self.max_new_tokens}."),
+            (self.temperature < 0, f"temperature must be >= 0, got {self.temperature}."),
+            (self.top_k is not None and self.top_k < 1, f"top_k must be >= 1, got {self.top_k}."),
+            (self.top_p is not None and not 0 < self.top_p <= 1,
+             f"top_p must be in (0, 1], got {self.top_p}."),
+            (not all(math.isfinite(p) for p in penalties),
+             f"presence and frequency penalties must be finite, got {penalties}."),
+            (not all(stop), "Stop strings must be non-empty."),
+        ]
+        messages = [message for failed, message in problems if failed]
+        if messages:
+            raise ValueError(" ".join(messages))
+
+
+@dataclasses.dataclass(frozen=True)
 class SamplingMode:
     """Static sampling choices (jit-static); temperature, top_p and penalty values are
     dynamic."""
@@ -80,8 +127,7 @@ class DecodeState(NamedTuple):
     """Loop state of one batch.
 
     Attributes:
-      cache: KV cache of S slots (for hybrid models a ``qwen3_5.HybridCache``, which adds
-        the linear layers' conv and recurrent states).
+      cache: the architecture's cache of S slots (``decoder.empty_cache``).
       kv_mask: (B, S) slots holding real tokens.
       logits: (B, V) float32 logits for the next token.
       positions: (B,) rotary position of the next token.
@@ -156,17 +202,18 @@ def penalize(logits: jax.Array, tokens: jax.Array, step: jax.Array,
     return logits - penalties[0] * (counts > 0) - penalties[1] * counts
 
 
-def constrain(state: DecodeState, mesh: Mesh | None) -> DecodeState:
+def constrain(config: ModelConfig, state: DecodeState, mesh: Mesh | None) -> DecodeState:
     """The loop state's shardings on a mesh: rows over ``data``, the cache's heads over
     ``model`` (``kv_cache.cache_shardings``); counters replicated."""
     if mesh is None:
         return state
     rows = {name: jax.lax.with_sharding_constraint(x, rows_sharding(mesh, x.ndim))
             for name, x in state._asdict().items() if name not in ("cache", "step", "slot")}
-    return state._replace(cache=constrain_cache(state.cache, mesh), **rows)
+    cache = constrain_cache(state.cache, mesh, architectures.get(config).cache_rows_axis)
+    return state._replace(cache=cache, **rows)
 
 
-def _feed(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, cache: Any,
+def _feed(config: ModelConfig, params: PyTree, deltas: Deltas, cache: Any,
           tokens: jax.Array, token_mask: jax.Array, positions: jax.Array, kv_mask: jax.Array,
           start: jax.Array, new_tokens: int, mesh: Mesh | None = None) -> DecodeState:
     """Feeds a left-padded chunk (B, T) (real where ``token_mask``) into the cache from slot
@@ -182,7 +229,7 @@ def _feed(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, cache: An
                         logprobs=jnp.zeros((batch, new_tokens), jnp.float32),
                         done=jnp.zeros((batch,), bool), step=jnp.int32(0),
                         slot=start + width)
-    return constrain(state, mesh)
+    return constrain(config, state, mesh)
 
 
 _extend = jax.jit(_feed, static_argnames=("config", "new_tokens", "mesh"),
@@ -190,7 +237,7 @@ _extend = jax.jit(_feed, static_argnames=("config", "new_tokens", "mesh"),
 
 
 @functools.partial(jax.jit, static_argnames=("config", "new_tokens"))
-def _prefill(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens: jax.Array,
+def _prefill(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Array,
              mask: jax.Array, new_tokens: int) -> DecodeState:
     """Runs left-padded prompts (B, P) into a fresh cache of P + ``new_tokens`` slots."""
     batch, prompt_len = tokens.shape
@@ -203,7 +250,7 @@ def _prefill(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens
 
 @functools.partial(jax.jit, static_argnames=("config", "mode", "mesh"),
                    donate_argnames=("state",))
-def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: decoder.Deltas,
+def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: Deltas,
             state: DecodeState, row_keys: jax.Array, eos_ids: jax.Array,
             temperature: jax.Array, top_p: jax.Array, penalties: jax.Array,
             end_step: jax.Array, mesh: Mesh | None = None) -> DecodeState:
@@ -220,20 +267,18 @@ def _decode(config: ModelConfig, mode: SamplingMode, params: PyTree, deltas: dec
         kv_mask = s.kv_mask.at[:, s.slot].set(True)
         h, cache = decoder.forward(config, params, deltas, token[:, None], s.positions[:, None],
                                    kv_mask, s.cache, s.slot)
-        return constrain(DecodeState(cache=cache, kv_mask=kv_mask,
-                                     logits=decoder.lm_head(config, params, deltas, h[:, 0]),
-                                     positions=s.positions + 1,
-                                     tokens=s.tokens.at[:, s.step].set(token),
-                                     logprobs=s.logprobs.at[:, s.step].set(logprob),
-                                     done=s.done | jnp.isin(token, eos_ids),
-                                     step=s.step + 1, slot=s.slot + 1), mesh)
+        return constrain(config, DecodeState(
+            cache=cache, kv_mask=kv_mask, logits=decoder.lm_head(config, params, deltas, h[:, 0]),
+            positions=s.positions + 1, tokens=s.tokens.at[:, s.step].set(token),
+            logprobs=s.logprobs.at[:, s.step].set(logprob),
+            done=s.done | jnp.isin(token, eos_ids), step=s.step + 1, slot=s.slot + 1), mesh)
 
     return jax.lax.while_loop(unfinished, step, state)
 
 
 @functools.partial(jax.jit, static_argnames=("mesh",))
 def _population_deltas(params: PyTree, population: es_noise.Population,
-                       members: jax.Array, mesh: Mesh | None = None) -> decoder.Deltas:
+                       members: jax.Array, mesh: Mesh | None = None) -> Deltas:
     """Deltas of rows running ``members`` (B,); on a mesh the member-level factors are
     replicated and ``members`` is sharded like the rows."""
     deltas = decoder.population_deltas(es_noise.population_factors(population, params),
@@ -241,7 +286,7 @@ def _population_deltas(params: PyTree, population: es_noise.Population,
     if mesh is None:
         return deltas
     replicated = NamedSharding(mesh, P())
-    return decoder.Deltas(
+    return Deltas(
         jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, replicated), deltas.factors),
         jax.lax.with_sharding_constraint(members, rows_sharding(mesh, 1)))
 
@@ -269,11 +314,11 @@ def logits(config: ModelConfig, params: PyTree, input_ids: Any, attention_mask: 
     if mask.shape != input_ids.shape:
         raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape "
                          f"{input_ids.shape}.")
-    members = _check_members(population, members, input_ids.shape[0])
-    if population is None:
+    run_by = _check_members(population, members, input_ids.shape[0])
+    if run_by is None:
         return _sequence_logits(config, params, decoder.no_deltas(params), input_ids, mask)
-    if population.noise == "lowrank":
-        deltas = _population_deltas(params, population, jnp.asarray(members))
+    if run_by.population.noise == "lowrank":
+        deltas = _population_deltas(params, run_by.population, jnp.asarray(run_by.members))
         return _sequence_logits(config, params, deltas, input_ids, mask)
 
     def member_logits(member_params, rows, _):
@@ -281,83 +326,89 @@ def logits(config: ModelConfig, params: PyTree, input_ids: Any, attention_mask: 
         return _sequence_logits(config, member_params, decoder.no_deltas(params),
                                 input_ids[rows], mask[rows])
 
-    return jnp.stack(_run_each_member(params, population, members, member_logits))
+    return jnp.stack(_run_each_member(params, run_by, member_logits))
 
 
 def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
-             max_new_tokens: int = 64, temperature: float = 0.0, top_k: int | None = None,
-             top_p: float | None = None, key: jax.Array | int | None = None,
-             stop: Sequence[str] | str | None = None,
-             population: es_noise.Population | None = None,
-             members: Any = None, streams: Any = None, presence_penalty: float = 0.0,
-             frequency_penalty: float = 0.0, cache: ConversationCache | None = None,
-             rows: Sequence[Any] | None = None) -> GenerationOutput:
+             sampling: Sampling | None = None, *, key: jax.Array | int | None = None,
+             population: es_noise.Population | None = None, members: Any = None,
+             streams: Any = None, conversation: Conversation | None = None,
+             **sampling_fields: Any) -> GenerationOutput:
     """Generates continuations for a batch of prompts.
 
     Args:
       model: a loaded ``Model`` (its tokenizer decodes the outputs).
       prompts: strings (already chat-templated; tokenised without special tokens) or
         lists of token ids.
-      max_new_tokens: maximum tokens generated per row.
-      temperature: 0 for greedy decoding, else the softmax temperature.
-      top_k: sample among the k most likely tokens.
-      top_p: sample from the smallest set of tokens with probability mass >= top_p.
+      sampling: how tokens are chosen and when a row ends (default ``Sampling()``).
       key: PRNG key (or int seed) for sampling; row r uses ``fold_in(key, streams[r])``,
         step t then ``fold_in(row key, t)``.
-      stop: strings that end a row's generation (excluded from its text).
       population: optional ``es.Population``: row b is generated by member ``members[b]``.
       members: (B,) member index per row (required with ``population``).
       streams: (B,) sampling stream per row (default: the row index). Rows with the same
         stream draw the same random numbers, e.g. ES members playing the same task
         (common random numbers).
-      presence_penalty: subtracted once from the logit of every token generated so far.
-      frequency_penalty: subtracted from a generated token's logit per occurrence.
-      cache: a ``ConversationCache`` kept across calls: each row keeps the keys and values
-        of what it was fed, and a prompt that extends them feeds only its new tokens
-        (the outputs are those of a fresh call). Default: a fresh cache for this call.
-      rows: (B,) distinct hashable key per prompt naming its row in ``cache`` (e.g. an
-        episode's (member, task)); required with ``cache``.
+      conversation: rows of a ``ConversationCache`` kept across calls: each row keeps the
+        keys and values of what it was fed, and a prompt that extends them feeds only its
+        new tokens (the outputs are those of a fresh call). Default: a fresh cache for
+        this call.
+      **sampling_fields: ``Sampling``'s fields as keywords instead of ``sampling``
+        (``max_new_tokens=64, temperature=0.0``, ...).
 
     Returns:
       A ``GenerationOutput`` in prompt order.
     """
+    if sampling is not None and sampling_fields:
+        raise TypeError(f"generate got sampling and its fields {sorted(sampling_fields)}.")
+    sampling = Sampling(**sampling_fields) if sampling is None else sampling
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise ValueError("generate needs a model with a tokenizer to decode its outputs.")
     token_lists = _tokenize(tokenizer, prompts, model.config.vocab_size)
     if not token_lists:
         return GenerationOutput([], [], [], [])
-    settings = _Settings.build(model.config, tokenizer, max_new_tokens, temperature, top_k,
-                               top_p, key, stop, (presence_penalty, frequency_penalty))
-    members = _check_members(population, members, len(token_lists))
-    streams = _check_streams(streams, len(token_lists))
-    if (cache is None) != (rows is None):
-        raise ValueError("cache and rows go together: a key per prompt names its row.")
-    if cache is None:
-        cache, rows = ConversationCache(), range(len(token_lists))
-    rows = list(rows)
-    if len(rows) != len(token_lists):
-        raise ValueError(f"rows must name each of the {len(token_lists)} prompts, got "
-                         f"{len(rows)}.")
-    cache.check_fits(token_lists, max_new_tokens)
-    if population is not None and population.noise == "full":
+    settings = _Settings.build(model.config, tokenizer, sampling, key)
+    run_by = _check_members(population, members, len(token_lists))
+    if conversation is None:
+        conversation = Conversation(ConversationCache(), range(len(token_lists)))
+    batch = _Batch(token_lists, _check_streams(streams, len(token_lists)),
+                   _check_rows(conversation.rows, len(token_lists)))
+    cache = conversation.cache
+    cache.check_fits(token_lists, sampling.max_new_tokens)
+    if run_by is not None and run_by.population.noise == "full":
         results = _run_each_member(
-            model.params, population, members,
-            lambda member_params, batch, member: _generate_batch(
-                model.config, member_params, [token_lists[r] for r in batch],
-                [streams[r] for r in batch], settings, cache, member,
-                [rows[r] for r in batch]))
+            model.params, run_by, lambda member_params, rows, member: _generate_batch(
+                model.config, member_params, batch.take(rows), settings, cache, member))
     else:
-        results = _generate_batch(model.config, model.params, token_lists, streams, settings,
-                                  cache, None, rows, population, members)
+        results = _generate_batch(model.config, model.params, batch, settings, cache, None,
+                                  run_by)
     texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids, _ in results))
     logprobs = [row_logprobs[:len(ids)] for (_, row_logprobs), ids in zip(results, token_ids)]
     return GenerationOutput(list(texts), list(token_ids), list(reasons), logprobs)
 
 
+class _Batch(NamedTuple):
+    """A call's prompts, in order: their token ids, sampling streams and cache rows."""
+
+    token_lists: list[list[int]]
+    streams: list[int]
+    rows: list[Hashable]
+
+    def take(self, indices: Sequence[int]) -> _Batch:
+        """The prompts at ``indices``."""
+        return _Batch(*([field[i] for i in indices] for field in self))
+
+
+class _Members(NamedTuple):
+    """The population member ``members[b]`` (B,) that runs each row b."""
+
+    population: es_noise.Population
+    members: np.ndarray
+
+
 @dataclasses.dataclass(frozen=True)
 class _Settings:
-    """Validated generation settings."""
+    """A call's ``Sampling``, resolved against the model and its tokenizer."""
 
     mode: SamplingMode
     max_new_tokens: int
@@ -371,40 +422,25 @@ class _Settings:
     decode: Callable[[list[int]], str]
 
     @classmethod
-    def build(cls, config: ModelConfig, tokenizer: Any, max_new_tokens: int,
-              temperature: float, top_k: int | None, top_p: float | None,
-              key: jax.Array | int | None, stop: Sequence[str] | str | None,
-              penalties: tuple[float, float] = (0.0, 0.0)) -> _Settings:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}.")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}.")
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}.")
-        if top_p is not None and not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}.")
-        if not all(math.isfinite(p) for p in penalties):
-            raise ValueError(f"presence and frequency penalties must be finite, got "
-                             f"{penalties}.")
-        greedy = temperature == 0
+    def build(cls, config: ModelConfig, tokenizer: Any, sampling: Sampling,
+              key: jax.Array | int | None) -> _Settings:
+        s = sampling
+        greedy = s.temperature == 0
         if not greedy and key is None:
             raise ValueError("Sampling with temperature > 0 needs a key.")
-        stop = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        if any(not s for s in stop):
-            raise ValueError("Stop strings must be non-empty.")
         eos_ids = set(config.eos_token_ids)
         if tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
+        penalties = (float(s.presence_penalty), float(s.frequency_penalty))
         mode = SamplingMode(
             greedy=greedy,
-            top_k=None if greedy or top_k is None else min(top_k, config.vocab_size),
-            top_p=not greedy and top_p is not None and top_p < 1,
+            top_k=None if greedy or s.top_k is None else min(s.top_k, config.vocab_size),
+            top_p=not greedy and s.top_p is not None and s.top_p < 1,
             penalized=any(p != 0 for p in penalties))
-        return cls(mode=mode, max_new_tokens=int(max_new_tokens),
-                   temperature=float(temperature) if not greedy else 1.0,
-                   top_p=float(top_p or 1.0),
-                   penalties=(float(penalties[0]), float(penalties[1])), key=_typed_key(key),
-                   eos_ids=tuple(sorted(eos_ids)), stop=stop,
+        return cls(mode=mode, max_new_tokens=int(s.max_new_tokens),
+                   temperature=float(s.temperature) if not greedy else 1.0,
+                   top_p=float(s.top_p or 1.0), penalties=penalties, key=_typed_key(key),
+                   eos_ids=tuple(sorted(eos_ids)), stop=s.stop,
                    pad_id=pad_id(config, tokenizer),
                    decode=functools.partial(tokenizer.decode, skip_special_tokens=True))
 
@@ -444,7 +480,7 @@ def _tokenize(tokenizer: Any, prompts: Sequence[Any], vocab_size: int) -> list[l
 
 
 def _check_members(population: es_noise.Population | None, members: Any,
-                   batch: int) -> np.ndarray | None:
+                   batch: int) -> _Members | None:
     if population is None:
         if members is not None:
             raise ValueError("members were given without a population.")
@@ -457,7 +493,7 @@ def _check_members(population: es_noise.Population | None, members: Any,
                          f"{members.shape}.")
     if batch and (members.min() < 0 or members.max() >= population.size):
         raise ValueError(f"members must lie in [0, {population.size}).")
-    return members.astype(np.int32)
+    return _Members(population, members.astype(np.int32))
 
 
 def _check_streams(streams: Any, batch: int) -> list[int]:
@@ -472,7 +508,14 @@ def _check_streams(streams: Any, batch: int) -> list[int]:
     return streams.tolist()
 
 
-def _run_each_member(params: PyTree, population: es_noise.Population, members: np.ndarray,
+def _check_rows(rows: Sequence[Hashable], batch: int) -> list[Hashable]:
+    rows = list(rows)
+    if len(rows) != batch:
+        raise ValueError(f"rows must name each of the {batch} prompts, got {len(rows)}.")
+    return rows
+
+
+def _run_each_member(params: PyTree, run_by: _Members,
                      run: Callable[[PyTree, list[int], int], Sequence[Any]]) -> list[Any]:
     """Full-rank populations: ``run(member params, rows, member)`` per distinct member, one
     at a time.
@@ -480,42 +523,41 @@ def _run_each_member(params: PyTree, population: es_noise.Population, members: n
     Returns the per-row results in row order.
     """
     groups: dict[int, list[int]] = {}
-    for row, member in enumerate(members.tolist()):
+    for row, member in enumerate(run_by.members.tolist()):
         groups.setdefault(member, []).append(row)
     results = {}
     for member, rows in groups.items():
-        results.update(zip(rows, run(es_noise.perturb(params, population, member), rows,
+        results.update(zip(rows, run(es_noise.perturb(params, run_by.population, member), rows,
                                      member)))
-    return [results[row] for row in range(len(members))]
+    return [results[row] for row in range(len(run_by.members))]
 
 
-def _generate_batch(config: ModelConfig, params: PyTree, token_lists: list[list[int]],
-                    streams: list[int], settings: _Settings, cache: ConversationCache,
-                    part: Any, rows: list[Any],
-                    population: es_noise.Population | None = None,
-                    members: np.ndarray | None = None
+def _generate_batch(config: ModelConfig, params: PyTree, batch: _Batch, settings: _Settings,
+                    cache: ConversationCache, part: Any, run_by: _Members | None = None
                     ) -> list[tuple[list[int], list[float]]]:
     """(generated ids (cut after EOS), their log-probabilities) per row: the prompts' new
-    tokens are fed into ``cache``'s rows, then decoded in one batch."""
+    tokens are fed into ``cache``'s rows, then decoded in one batch (row b by member
+    ``run_by.members[b]``, if given)."""
     new_tokens = bucket(settings.max_new_tokens, MIN_NEW_TOKENS_BUCKET)
     mesh = mesh_of(params)
-    chunk, kv = cache.prepare(config, params["embed"]["embedding"].dtype, part, rows,
-                              token_lists, MIN_PROMPT_BUCKET, new_tokens, settings.pad_id, mesh)
+    chunk, kv = cache.prepare(config, params["embed"]["embedding"].dtype, part, batch.rows,
+                              batch.token_lists, MIN_PROMPT_BUCKET, new_tokens, settings.pad_id,
+                              mesh)
     padded_batch = chunk.tokens.shape[0]
     called = np.zeros(padded_batch, bool)
     called[chunk.batch] = True
     padded_members = np.zeros(padded_batch, np.int32)
     padded_streams = np.zeros(padded_batch, np.int32)
-    padded_streams[chunk.batch] = streams
+    padded_streams[chunk.batch] = batch.streams
 
     def put(x):  # Host rows onto the devices (split over the mesh's data axis).
         return jnp.asarray(x) if mesh is None else jax.device_put(x, rows_sharding(mesh, x.ndim))
 
-    if population is None:
+    if run_by is None:
         deltas = decoder.no_deltas(params)
     else:
-        padded_members[chunk.batch] = members
-        deltas = _population_deltas(params, population, put(padded_members), mesh)
+        padded_members[chunk.batch] = run_by.members
+        deltas = _population_deltas(params, run_by.population, put(padded_members), mesh)
     row_keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(settings.key,
                                                                put(padded_streams))
     kv_mask = put(chunk.kv_mask)

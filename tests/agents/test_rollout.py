@@ -6,6 +6,7 @@ import jax
 import numpy as np
 import pytest
 
+from agentic_esopt import models
 from agentic_esopt.agents import prompts, rollout, skills
 from agentic_esopt.envs import sudoku
 from agentic_esopt.envs.base import StepResult
@@ -174,14 +175,15 @@ def test_model_policy_templates_trims_and_routes_members():
     (first_prompts, first), (_, second) = calls
     assert first_prompts == ["system:sys|user:o0|assistant:a2|user:o2|assistant:",
                              "system:sys|user:o0|assistant:"]
-    assert first["population"] is population and first["max_new_tokens"] == 7
+    assert first["population"] is population
     np.testing.assert_array_equal(first["members"], [3, 1])
     np.testing.assert_array_equal(first["streams"], [4, 0])
-    assert (first["temperature"], first["top_k"], first["top_p"]) == (0.5, 5, None)
-    assert (first["presence_penalty"], first["frequency_penalty"]) == (2.0, 0.0)
-    assert first["stop"] == ("Observation:",)
-    assert first["rows"] == [(3, 4), (1, 0)]  # Each episode keeps its KV cache.
-    assert second["cache"] is first["cache"] and second["rows"] == [(0, 4)]
+    assert first["sampling"] == models.Sampling(
+        max_new_tokens=7, temperature=0.5, top_k=5, top_p=None, presence_penalty=2.0,
+        frequency_penalty=0.0, stop=("Observation:",))
+    assert first["conversation"].rows == [(3, 4), (1, 0)]  # Each episode keeps its KV cache.
+    assert second["conversation"].cache is first["conversation"].cache
+    assert second["conversation"].rows == [(0, 4)]
     assert not np.array_equal(jax.random.key_data(first["key"]),
                               jax.random.key_data(second["key"]))
 
@@ -189,12 +191,13 @@ def test_model_policy_templates_trims_and_routes_members():
     greedy = rollout.make_model_policy(FakeModel(), None, prefixed, temperature=0.0, key=None,
                                        generate=fake_generate)
     assert greedy([long], [5], [0]) == ["set reply 0"]
-    assert calls[-1][0][0].endswith("|assistant:set ") and calls[-1][1]["stop"] == ("\n",)
+    assert calls[-1][0][0].endswith("|assistant:set ")
+    assert calls[-1][1]["sampling"].stop == ("\n",)
     assert calls[-1][1]["members"] is None and calls[-1][1]["key"] is None
     uncached = rollout.Options(keep_kv_cache=False)
     rollout.make_model_policy(FakeModel(), None, uncached, temperature=0.0, key=None,
                               generate=fake_generate)([long], [0], [0])
-    assert calls[-1][1]["cache"] is None and calls[-1][1]["rows"] is None
+    assert calls[-1][1]["conversation"] is None
     with pytest.raises(ValueError, match="needs a key"):
         rollout.make_model_policy(FakeModel(), None, options, temperature=1.0, key=None,
                                   generate=fake_generate)

@@ -27,7 +27,7 @@ def episodes(model, keep_kv_cache, population=None, temperature=0.0, history_tur
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_population_episodes_match_re_prefilling(model, temperature):
-    strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3, rank=2)
+    strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3)
     population = strategy.ask(strategy.init(jax.random.key(1), model.params))
     kept = episodes(model, True, population, temperature)
     assert kept == episodes(model, False, population, temperature)

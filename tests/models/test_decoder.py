@@ -10,7 +10,7 @@ import safetensors.numpy
 
 from agentic_esopt import models
 from agentic_esopt.es.noise import LowRank
-from agentic_esopt.models import decoder, loading
+from agentic_esopt.models import layers, loading
 
 from parity import left_padded_batch, torch_logits
 
@@ -63,9 +63,9 @@ def test_linear_and_embed_add_each_rows_member_lowrank_delta():
                       jnp.asarray(rng.randn(3, 7, 2), jnp.float32))
     table = jnp.asarray(rng.randn(7, 5), jnp.float32)
     tokens = jnp.asarray([[0, 6, 3], [2, 2, 1], [4, 5, 6], [1, 0, 0]])
-    row_linear = decoder.linear(x, kernel, decoder.rows(factors, members))
-    member_linear = decoder.member_linear(x, kernel, factors, members)
-    embedded = decoder.embed(tokens, table, decoder.transposed(factors), members)
+    row_linear = layers.linear(x, kernel, layers.rows(factors, members))
+    member_linear = layers.member_linear(x, kernel, factors, members)
+    embedded = layers.embed(tokens, table, layers.transposed(factors), members)
     for b, m in enumerate(members):
         expected = x[b] @ (kernel + factors.a[m] @ factors.b[m].T)
         np.testing.assert_allclose(row_linear[b], expected, rtol=1e-5, atol=1e-5)
@@ -150,5 +150,5 @@ def test_tiny_model_is_deterministic_and_chats():
     assert text == "<|im_start|>user\nhéllo 🙂<|im_end|>\n<|im_start|>assistant\n"
     ids = first.tokenizer(text, add_special_tokens=False)["input_ids"]
     assert first.tokenizer.decode(ids) == text
-    assert loading.route("model.layers.7.self_attn.q_proj.weight") == (
+    assert loading.route(first.config, "model.layers.7.self_attn.q_proj.weight") == (
         ("layers", "attn", "q_proj", "kernel"), 7)

@@ -12,8 +12,7 @@ import torch
 import transformers
 
 from agentic_esopt import models
-from agentic_esopt.models import config as config_lib
-from agentic_esopt.models import export, gguf, loading, tiny
+from agentic_esopt.models import architectures, export, gguf, loading, tiny
 from agentic_esopt.models.config import RopeConfig
 
 CHAT = [{"role": "user", "content": "héllo 🙂 12+30?"}]
@@ -86,7 +85,7 @@ def listing(path):
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_hf_config_round_trips(config):
-    assert config_lib.from_hf_dict(config_lib.to_hf_dict(config)) == config
+    assert architectures.config_from_hf(architectures.config_to_hf(config)) == config
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -94,7 +93,7 @@ def test_transformers_loads_the_export_with_equal_logits(tmp_path, name):
     model = random_model(CONFIGS[name])
     models.save_pretrained(model, tmp_path / "out")
     torch_model = load_torch(tmp_path / "out")
-    assert type(torch_model).__name__ == config_lib.HF_ARCHITECTURES[model.config.model_type]
+    assert type(torch_model).__name__ == architectures.config_to_hf(model.config)["architectures"][0]
     assert torch_model.dtype == torch.float32
     written = loading.safetensors_tensors(str(tmp_path / "out"))
     assert ("lm_head.weight" in written) != model.config.tie_word_embeddings

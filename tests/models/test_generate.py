@@ -166,6 +166,15 @@ def test_stop_strings_end_generation_between_chunks(reference):
     assert len(out.token_ids[0]) < 40 and out.finish_reasons == ["stop"]
 
 
+def test_a_sampling_record_is_its_keywords(reference, greedy):
+    model = reference[1]
+    record = models.Sampling(max_new_tokens=12, stop="never-seen")
+    assert record.stop == ("never-seen",)
+    assert models.generate(model, PROMPTS, record).token_ids == greedy.token_ids
+    with pytest.raises(TypeError, match="sampling and its fields"):
+        models.generate(model, PROMPTS, record, max_new_tokens=12)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(prompts="one string"), "list of strings"),
     (dict(prompts=[""]), "empty"),

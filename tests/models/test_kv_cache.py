@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from agentic_esopt import es, models
-from agentic_esopt.models import kv_cache, sampling
+from agentic_esopt.models import kv_cache, layers, sampling
 
 TURNS = 4
 
@@ -32,7 +32,7 @@ def play(model, kept, rows=6, active=lambda turn: range(6), opening=(), **kwargs
     for turn in range(TURNS):
         called = list(active(turn))
         out = models.generate(model, [prompts[r] for r in called], max_new_tokens=5,
-                              cache=cache, rows=called if kept else None,
+                              conversation=models.Conversation(cache, called) if kept else None,
                               streams=called, **kwargs)
         outputs.append((out.token_ids, out.logprobs))
         new = observations(rows, turn + 1)
@@ -59,7 +59,8 @@ def test_a_turn_feeds_only_the_new_observation(model):
     fed = []
     for turn in range(TURNS):
         before = cache.fed_tokens
-        out = models.generate(model, prompts, max_new_tokens=5, cache=cache, rows=range(3))
+        out = models.generate(model, prompts, max_new_tokens=5,
+                              conversation=models.Conversation(cache, range(3)))
         fed.append(cache.fed_tokens - before)
         new = observations(3, turn + 1)
         expected_fed.append(sum(map(len, new)))
@@ -109,38 +110,41 @@ def test_piece_width_divides_the_chunk_and_bounds_the_scores():
 
 
 def test_trimmed_history_re_prefills_what_changed(model):
-    cache = models.ConversationCache()
-    first = models.generate(model, [[5, 6, 7, 8, 9]], max_new_tokens=3, cache=cache,
-                            rows=["a"])
+    conversation = models.Conversation(models.ConversationCache(), ["a"])
+    first = models.generate(model, [[5, 6, 7, 8, 9]], max_new_tokens=3,
+                            conversation=conversation)
     # A prompt that drops the middle of the history keeps only the common prefix.
     trimmed = [5, 6, 40, 41] + first.token_ids[0]
-    kept = models.generate(model, [trimmed], max_new_tokens=3, cache=cache, rows=["a"])
+    kept = models.generate(model, [trimmed], max_new_tokens=3, conversation=conversation)
     fresh = models.generate(model, [trimmed], max_new_tokens=3)
     assert kept.token_ids == fresh.token_ids
 
 
 def test_a_prompt_longer_than_the_context_is_a_clear_error(model):
-    cache = models.ConversationCache(max_context=32)
+    conversation = models.Conversation(models.ConversationCache(max_context=32), [0])
     with pytest.raises(ValueError, match="exceeds max_context=32"):
-        models.generate(model, [list(range(3, 30))], max_new_tokens=8, cache=cache,
-                        rows=[0])
+        models.generate(model, [list(range(3, 30))], max_new_tokens=8,
+                        conversation=conversation)
 
 
 def test_kept_caches_stay_within_the_maximum_context(model):
     cache = models.ConversationCache(max_context=64)
     prompts = [[3, 4, 5], [6, 7]]
     for _ in range(12):  # Each turn adds up to 3 + 2 tokens; the prompt stays short of 64.
-        out = models.generate(model, prompts, max_new_tokens=3, cache=cache, rows=[0, 1])
+        out = models.generate(model, prompts, max_new_tokens=3,
+                              conversation=models.Conversation(cache, [0, 1]))
         prompts = [(p + ids + [9, 10])[-40:] for p, ids in zip(prompts, out.token_ids)]
         # Rows, times the context plus the new-token bucket's rounding (16 - 3).
         assert cache.slot_count() <= 2 * (64 + 13)
 
 
-def test_cache_and_rows_go_together(model):
-    with pytest.raises(ValueError, match="cache and rows go together"):
-        models.generate(model, [[3, 4]], cache=models.ConversationCache())
+def test_conversation_rows_name_each_prompt_once(model):
+    with pytest.raises(ValueError, match="rows must name each of the 1 prompts"):
+        models.generate(model, [[3, 4]],
+                        conversation=models.Conversation(models.ConversationCache(), [1, 2]))
     with pytest.raises(ValueError, match="distinct"):
-        models.generate(model, [[3, 4], [5]], cache=models.ConversationCache(), rows=[1, 1])
+        models.generate(model, [[3, 4], [5]],
+                        conversation=models.Conversation(models.ConversationCache(), [1, 1]))
 
 
 def test_common_prefix():
@@ -154,7 +158,7 @@ def test_common_prefix():
 def test_relayouts_move_each_row_and_its_slots():
     rng = np.random.RandomState(0)
     keys, values = rng.normal(size=(2, 5, 3, 4, 7)), rng.normal(size=(2, 5, 3, 7, 4))
-    cache = models.decoder.KVCache(tuple(jax.numpy.asarray(keys, np.float32)),
+    cache = layers.KVCache(tuple(jax.numpy.asarray(keys, np.float32)),
                                    tuple(jax.numpy.asarray(values, np.float32)))
 
     def expected(sources, columns):

@@ -12,7 +12,8 @@ import torch
 import transformers
 
 from agentic_esopt import es, models
-from agentic_esopt.models import qwen3_5
+from agentic_esopt.models import architectures
+from agentic_esopt.models.architectures import qwen3_5
 
 from parity import (assert_population_rows_equal_member_forwards, left_padded_batch,
                     torch_logits)
@@ -40,7 +41,7 @@ def assert_logits_match(torch_model, model):
 
 def test_config_from_transformers(reference):
     config = reference[1].config
-    assert config.model_type == "qwen3_5" and config.is_hybrid
+    assert architectures.get(config) is qwen3_5.ARCHITECTURE
     assert config.kinds == ("linear_attention",) * 3 + ("full_attention",) + (
         "linear_attention",) * 3 + ("full_attention",)
     assert qwen3_5.layer_pattern(config) == config.kinds[:4]
@@ -154,7 +155,7 @@ def test_lowrank_rows_equal_forward_on_perturbed_params(reference):
 
 
 def test_init_params():
-    config = models.ModelConfig.from_hf({
+    config = architectures.config_from_hf({
         "model_type": "qwen3_5_text", "vocab_size": 32, "hidden_size": 64,
         "intermediate_size": 96, "num_hidden_layers": 8, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 16, "linear_num_key_heads": 2,

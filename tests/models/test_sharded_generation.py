@@ -25,7 +25,8 @@ def population(model):
 
 def two_turns(model, cache=None, **kwargs):
     """Two turns of PROMPTS (the second extends the first by its reply), kept or not."""
-    rows = dict(cache=cache, rows=range(len(PROMPTS))) if cache is not None else {}
+    rows = ({} if cache is None
+            else dict(conversation=models.Conversation(cache, range(len(PROMPTS)))))
     first = models.generate(model, PROMPTS, max_new_tokens=6, **rows, **kwargs)
     second = [p + ids + [30, 31] for p, ids in zip(PROMPTS, first.token_ids)]
     return first.token_ids, models.generate(model, second, max_new_tokens=6, **rows,

@@ -1,7 +1,7 @@
 """Qwen3.5: a hybrid of Gated DeltaNet linear-attention and gated full-attention layers.
 
-Same contract as ``decoder`` (pure functions of config, params, deltas, tokens and a
-cache; every projection through ``decoder.project``). Differences from Qwen3:
+The same interface as ``dense`` (pure functions of config, params, deltas, tokens and a
+cache; every projection through ``layers.project``). Differences from Qwen3:
 
 * RMSNorms are zero-centred, x̂·(1 + w) in float32, except the DeltaNet output norm,
   which is a plain RMSNorm gated by silu(z);
@@ -17,22 +17,42 @@ cache; every projection through ``decoder.project``). Differences from Qwen3:
 The layer stack runs as a ``lax.scan`` over groups of layers that repeat the same pattern
 of layer types (e.g. three linear then one full attention). Padded (masked) positions
 are identities on the conv input and the recurrent state.
+
+Parameters: ``dense``'s, with ``layers/attn`` stacked over the full-attention layers
+(q_proj twice as wide: a query and a gate per head), plus ``layers/linear_attn``
+(``in_proj_{qkv,z,b,a}``, ``out_proj``, ``conv1d/scale``, ``A_log/scale``, ``dt/bias``,
+``norm/scale``) stacked over the linear ones; ``config.stacked_layers`` names the layers
+of each stack.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from agentic_esopt.models import decoder
-from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models import config as config_lib
+from agentic_esopt.models import layers
+from agentic_esopt.models.architectures import dense
+from agentic_esopt.models.architectures.base import Architecture, Path
+from agentic_esopt.models.config import LinearAttentionConfig, ModelConfig
 
 PyTree = Any
 F32 = jnp.float32
 CHUNK_SIZE = 64
 L2_EPS = 1e-6
+HF_CLASS = "Qwen3_5ForCausalLM"
+HF_NAMES = {
+    **dense.HF_NAMES,
+    **{("layers", "linear_attn", p, "kernel"): f"model.layers.{{}}.linear_attn.{p}.weight"
+       for p in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")},
+    ("layers", "linear_attn", "conv1d", "scale"): "model.layers.{}.linear_attn.conv1d.weight",
+    ("layers", "linear_attn", "A_log", "scale"): "model.layers.{}.linear_attn.A_log",
+    ("layers", "linear_attn", "dt", "bias"): "model.layers.{}.linear_attn.dt_bias",
+    ("layers", "linear_attn", "norm", "scale"): "model.layers.{}.linear_attn.norm.weight",
+}
 
 
 class HybridCache(NamedTuple):
@@ -45,15 +65,44 @@ class HybridCache(NamedTuple):
       recurrent: (L_lin, B, value_heads, key_head_dim, value_head_dim) float32 states.
     """
 
-    kv: decoder.KVCache
+    kv: layers.KVCache
     conv: jax.Array
     recurrent: jax.Array
+
+
+def param_shapes(config: ModelConfig) -> dict[Path, tuple[int, ...]]:
+    """``dense.param_shapes`` plus the Gated DeltaNet layers' leaves."""
+    c = config
+    la, L_lin = c.linear_attention, len(c.stacked_layers("linear_attn"))
+    d, heads = c.hidden_size, la.num_value_heads
+    kernels = {"in_proj_qkv": (d, la.conv_dim), "in_proj_z": (d, la.value_dim),
+               "in_proj_b": (d, heads), "in_proj_a": (d, heads),
+               "out_proj": (la.value_dim, d)}
+    return {
+        **dense.param_shapes(c),
+        **{("layers", "linear_attn", name, "kernel"): (L_lin, *shape)
+           for name, shape in kernels.items()},
+        # Per-head and per-channel vectors are named "scale"/"bias": es gives them
+        # full-rank noise (the depthwise conv keeps torch's (channels, 1, taps) layout).
+        ("layers", "linear_attn", "conv1d", "scale"): (L_lin, la.conv_dim, 1, la.conv_kernel),
+        ("layers", "linear_attn", "A_log", "scale"): (L_lin, heads),
+        ("layers", "linear_attn", "dt", "bias"): (L_lin, heads),
+        ("layers", "linear_attn", "norm", "scale"): (L_lin, la.value_head_dim),
+    }
+
+
+def init_constant(path: Path) -> float | None:
+    """Zero-centred norm weights (x̂·(1 + w)), biases and A_log start at 0, the gated
+    DeltaNet norm's scale at 1; matrices and conv taps are drawn (None)."""
+    if path[-1] not in ("scale", "bias") or path[-2] == "conv1d":
+        return None
+    return 1.0 if path[-2] == "norm" else 0.0
 
 
 def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> HybridCache:
     """A zero cache with ``length`` attention slots."""
     la, n_lin = config.linear_attention, len(config.stacked_layers("linear_attn"))
-    kv = decoder.KVCache(*(jnp.stack(buffers) for buffers in decoder.empty_kv_cache(
+    kv = layers.KVCache(*(jnp.stack(buffers) for buffers in layers.empty_kv_cache(
         config, len(config.stacked_layers("attn")), batch, length, dtype)))
     conv = jnp.zeros((n_lin, batch, la.conv_kernel - 1, la.conv_dim), dtype)
     recurrent = jnp.zeros((n_lin, batch, la.num_value_heads, la.key_head_dim,
@@ -73,14 +122,14 @@ def zero_centred_rms_norm(x: jax.Array, weight: jax.Array, delta: jax.Array | No
     """x̂·(1 + w), computed in float32 and cast back to x's dtype."""
     xf = x.astype(F32)
     normed = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    return (normed * (1.0 + decoder.row_vector(weight, delta, x.ndim).astype(F32))
+    return (normed * (1.0 + layers.row_vector(weight, delta, x.ndim).astype(F32))
             ).astype(x.dtype)
 
 
 def gated_rms_norm(x: jax.Array, gate: jax.Array, weight: jax.Array,
                    delta: jax.Array | None, eps: float) -> jax.Array:
     """RMSNorm(x)·w·silu(gate), the gate applied in float32."""
-    normed = decoder.rms_norm(x, weight, delta, eps).astype(F32)
+    normed = layers.rms_norm(x, weight, delta, eps).astype(F32)
     return (normed * jax.nn.silu(gate.astype(F32))).astype(x.dtype)
 
 
@@ -206,7 +255,7 @@ def gated_delta_net(config: ModelConfig, x: jax.Array, params: dict, deltas: dic
     la = config.linear_attention
     B, T, _ = x.shape
     x = jnp.where(real[..., None], x, 0)
-    qkv = decoder.project(x, params["in_proj_qkv"], deltas["in_proj_qkv"])
+    qkv = layers.project(x, params["in_proj_qkv"], deltas["in_proj_qkv"])
     qkv, conv_state = causal_conv(qkv, params["conv1d"]["scale"], deltas["conv1d"]["scale"],
                                   conv_state)
     key_dim = la.num_key_heads * la.key_head_dim
@@ -216,46 +265,46 @@ def gated_delta_net(config: ModelConfig, x: jax.Array, params: dict, deltas: dic
                        repeats, axis=2) for t in (q, k))
     q = q * la.key_head_dim ** -0.5
     v = v.reshape(B, T, la.num_value_heads, la.value_head_dim).astype(F32)
-    beta = jax.nn.sigmoid(decoder.project(x, params["in_proj_b"], deltas["in_proj_b"]))
-    a = decoder.project(x, params["in_proj_a"], deltas["in_proj_a"]).astype(F32)
-    rate = jnp.exp(decoder.row_vector(params["A_log"]["scale"], deltas["A_log"]["scale"],
-                                      3).astype(F32))
-    dt_bias = decoder.row_vector(params["dt"]["bias"], deltas["dt"]["bias"], 3).astype(F32)
+    beta = jax.nn.sigmoid(layers.project(x, params["in_proj_b"], deltas["in_proj_b"]))
+    a = layers.project(x, params["in_proj_a"], deltas["in_proj_a"]).astype(F32)
+    rate = jnp.exp(layers.row_vector(params["A_log"]["scale"], deltas["A_log"]["scale"],
+                                     3).astype(F32))
+    dt_bias = layers.row_vector(params["dt"]["bias"], deltas["dt"]["bias"], 3).astype(F32)
     g = jnp.where(real[..., None], -rate * jax.nn.softplus(a + dt_bias), 0.0)
     beta = jnp.where(real[..., None], beta.astype(F32), 0.0)
     rule = recurrent_delta_rule if T == 1 else chunked_delta_rule
     out, state = rule(q, k, v, g, beta, state)
-    z = decoder.project(x, params["in_proj_z"], deltas["in_proj_z"])
+    z = layers.project(x, params["in_proj_z"], deltas["in_proj_z"])
     out = gated_rms_norm(out.astype(x.dtype), z.reshape(out.shape), params["norm"]["scale"],
                          deltas["norm"]["scale"], config.rms_norm_eps)
-    out = decoder.project(out.reshape(B, T, la.value_dim), params["out_proj"],
-                          deltas["out_proj"])
+    out = layers.project(out.reshape(B, T, la.value_dim), params["out_proj"],
+                         deltas["out_proj"])
     return out, conv_state, state
 
 
 def gated_attention(config: ModelConfig, x: jax.Array, params: dict, deltas: dict,
                     rope: tuple[jax.Array, jax.Array], mask: jax.Array,
-                    kv: decoder.KVCache, index: jax.Array, write_index: jax.Array
-                    ) -> tuple[jax.Array, decoder.KVCache]:
+                    kv: layers.KVCache, index: jax.Array, write_index: jax.Array
+                    ) -> tuple[jax.Array, layers.KVCache]:
     """Full attention with zero-centred q/k norms, partial RoPE and an output gate."""
     c = config
     B, T, _ = x.shape
     norm = zero_centred_rms_norm
-    q = decoder.project(x, params["q_proj"], deltas["q_proj"])
+    q = layers.project(x, params["q_proj"], deltas["q_proj"])
     if c.attn_output_gate:
         q, gate = jnp.split(q.reshape(B, T, c.num_heads, 2 * c.head_dim), 2, axis=-1)
     q = norm(q.reshape(B, T, c.num_heads, c.head_dim), params["q_norm"]["scale"],
              deltas["q_norm"]["scale"], c.rms_norm_eps)
-    k = norm(decoder.project(x, params["k_proj"], deltas["k_proj"]).reshape(
+    k = norm(layers.project(x, params["k_proj"], deltas["k_proj"]).reshape(
         B, T, c.num_kv_heads, c.head_dim), params["k_norm"]["scale"],
              deltas["k_norm"]["scale"], c.rms_norm_eps)
-    v = decoder.project(x, params["v_proj"], deltas["v_proj"]).reshape(
+    v = layers.project(x, params["v_proj"], deltas["v_proj"]).reshape(
         B, T, c.num_kv_heads, c.head_dim)
-    q, k = decoder.apply_rope(q, *rope), decoder.apply_rope(k, *rope)
-    attended, kv = decoder.cached_attention(q, k, v, mask, kv, index, write_index)
+    q, k = layers.apply_rope(q, *rope), layers.apply_rope(k, *rope)
+    attended, kv = layers.cached_attention(q, k, v, mask, kv, index, write_index)
     if c.attn_output_gate:
         attended = attended * jax.nn.sigmoid(gate.reshape(attended.shape))
-    return decoder.project(attended, params["o_proj"], deltas["o_proj"]), kv
+    return layers.project(attended, params["o_proj"], deltas["o_proj"]), kv
 
 
 def _grouped(tree: PyTree, groups: int) -> PyTree:
@@ -267,27 +316,32 @@ def _slot(tree: PyTree, i: int) -> PyTree:
     return jax.tree.map(lambda x: x[i], tree)
 
 
-def forward(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens: jax.Array,
-            positions: jax.Array, kv_mask: jax.Array, cache: HybridCache,
-            write_index: jax.Array, remat: bool = False) -> tuple[jax.Array, HybridCache]:
-    """``decoder.forward`` for hybrid models (same arguments, a ``HybridCache``)."""
+def forward(config: ModelConfig, params: PyTree, deltas: layers.Deltas, tokens: jax.Array,
+            positions: jax.Array, kv_mask: jax.Array, cache: HybridCache | None,
+            write_index: jax.Array, remat: bool = False, token_mask: jax.Array | None = None
+            ) -> tuple[jax.Array, HybridCache | None]:
+    """``decoder.forward`` of a hybrid model (a ``HybridCache``, or None: a whole sequence,
+    run through a fresh cache that is not returned)."""
     c = config
-    mask = decoder.causal_mask(kv_mask, write_index, tokens.shape[1])
-    real = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, tokens.shape[1], axis=1)
+    batch, T = tokens.shape
+    mask = layers.causal_mask(kv_mask, write_index, T)
+    if token_mask is None:
+        token_mask = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, T, axis=1)
     factors, members = deltas
-    h = decoder.embed(tokens, params["embed"]["embedding"], factors["embed"]["embedding"],
-                      members)
-    rope = decoder.rope_tables(c, positions, h.dtype)
+    h = layers.embed(tokens, params["embed"]["embedding"], factors["embed"]["embedding"],
+                     members)
+    rope = layers.rope_tables(c, positions, h.dtype)
     pattern = layer_pattern(c)
     groups = c.num_layers // len(pattern)
     per_group = {kind: pattern.count(kind) for kind in ("full_attention", "linear_attention")}
 
     def body(carry, xs):
-        h, cache = carry
-        layers, layer_factors, group = xs
+        h, state = carry
+        group_params, group_factors, group = xs
 
         def layer(name, i):  # A layer's params and its rows' deltas.
-            return _slot(layers[name], i), decoder.rows(_slot(layer_factors[name], i), members)
+            return (_slot(group_params[name], i),
+                    layers.rows(_slot(group_factors[name], i), members))
 
         for i, kind in enumerate(pattern):
             j = pattern[:i].count(kind)  # Place among this group's layers of its kind.
@@ -296,19 +350,19 @@ def forward(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens:
             x = zero_centred_rms_norm(h, p["input_norm"]["scale"], d["input_norm"]["scale"],
                                       c.rms_norm_eps)
             if kind == "full_attention":
-                y, kv = gated_attention(c, x, *layer("attn", j), rope, mask, cache.kv, index,
+                y, kv = gated_attention(c, x, *layer("attn", j), rope, mask, state.kv, index,
                                         write_index)
-                cache = cache._replace(kv=kv)
+                state = state._replace(kv=kv)
             else:
-                y, conv, state = gated_delta_net(c, x, *layer("linear_attn", j), real,
-                                                 cache.conv[index], cache.recurrent[index])
-                cache = cache._replace(conv=cache.conv.at[index].set(conv),
-                                       recurrent=cache.recurrent.at[index].set(state))
+                y, conv, recurrent = gated_delta_net(c, x, *layer("linear_attn", j), token_mask,
+                                                     state.conv[index], state.recurrent[index])
+                state = state._replace(conv=state.conv.at[index].set(conv),
+                                       recurrent=state.recurrent.at[index].set(recurrent))
             h = h + y
             x = zero_centred_rms_norm(h, p["post_attn_norm"]["scale"],
                                       d["post_attn_norm"]["scale"], c.rms_norm_eps)
-            h = h + decoder.mlp(x, p["mlp"], d["mlp"])
-        return (h, cache), None
+            h = h + layers.mlp(x, p["mlp"], d["mlp"])
+        return (h, state), None
 
     if remat:
         body = jax.checkpoint(body)
@@ -319,9 +373,88 @@ def forward(config: ModelConfig, params: PyTree, deltas: decoder.Deltas, tokens:
         shared = {name: tree[name] for name in ("input_norm", "post_attn_norm", "mlp")}
         return {**mixers, "shared": _grouped(shared, groups)}
 
+    state = empty_cache(c, batch, kv_mask.shape[1], h.dtype) if cache is None else cache
     xs = (split(params["layers"]), split(factors["layers"]), jnp.arange(groups))
-    (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
+    (h, state), _ = jax.lax.scan(body, (h, state), xs)
     h = zero_centred_rms_norm(h, params["final_norm"]["scale"],
-                              decoder.rows(factors["final_norm"]["scale"], members),
+                              layers.rows(factors["final_norm"]["scale"], members),
                               c.rms_norm_eps)
-    return h, cache
+    return h, None if cache is None else state
+
+
+def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
+    """A Qwen3.5 `ModelConfig` from its HF text config, or from a multimodal config.
+
+    A multimodal config contributes its ``text_config`` (the vision tower is not used);
+    fields the text config leaves unset (special token ids) come from the outer config,
+    whose ``tie_word_embeddings`` decides the head (as in transformers). Text-only
+    positions make the multimodal RoPE (``mrope_section``) plain RoPE on the rotated dims,
+    so the sections are not read.
+    """
+    if "text_config" in hf:
+        outer = {k: v for k, v in hf.items() if k != "text_config"}
+        hf = {**outer, **{k: v for k, v in hf["text_config"].items() if v is not None}}
+        if "tie_word_embeddings" in outer:
+            hf["tie_word_embeddings"] = outer["tie_word_embeddings"]
+    fields = config_lib.common_fields_from_hf(hf)
+    interval = int(hf.get("full_attention_interval", 4))
+    layer_types = tuple(hf.get("layer_types") or (
+        "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+        for i in range(fields["num_layers"])))
+    attention_bias = bool(hf.get("attention_bias", False))
+    return ModelConfig(
+        model_type="qwen3_5",
+        **fields,
+        num_kv_heads=config_lib.required(hf, "num_key_value_heads"),
+        head_dim=int(hf.get("head_dim") or 256),
+        # transformers' default partial_rotary_factor for Qwen3.5 is 0.25.
+        rope=config_lib.rope_from_hf(hf, partial_rotary_factor=0.25),
+        qkv_bias=attention_bias,
+        o_bias=attention_bias,
+        qk_norm=True,
+        max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
+        layer_types=layer_types,
+        linear_attention=LinearAttentionConfig(
+            num_key_heads=int(hf.get("linear_num_key_heads", 16)),
+            num_value_heads=int(hf.get("linear_num_value_heads", 32)),
+            key_head_dim=int(hf.get("linear_key_head_dim", 128)),
+            value_head_dim=int(hf.get("linear_value_head_dim", 128)),
+            conv_kernel=int(hf.get("linear_conv_kernel_dim", 4))),
+        attn_output_gate=bool(hf.get("attn_output_gate", True)),
+    )
+
+
+def config_to_hf(config: ModelConfig) -> dict[str, Any]:
+    """The ``Qwen3_5ForCausalLM`` text config dict, the inverse of ``config_from_hf``.
+
+    Raises:
+      ValueError: norms, gates, biases or RoPE settings Qwen3.5 does not have.
+    """
+    c, la = config, config.linear_attention
+    config_lib.check_expressible(c, [
+        (not c.qk_norm, "qwen3_5 has q/k norms"),
+        (not c.attn_output_gate, "qwen3_5 has attention output gates"),
+        (c.rope.kind != "default", "qwen3_5 has plain (default) RoPE"),
+        (c.qkv_bias != c.o_bias, "qwen3_5 has q/k/v/o biases all or none (attention_bias)"),
+        (c.mlp_bias, "only llama has MLP biases (mlp_bias)"),
+    ])
+    return {**config_lib.common_fields_to_hf(c, HF_CLASS, "qwen3_5_text"),
+            "layer_types": list(c.kinds), "linear_num_key_heads": la.num_key_heads,
+            "linear_num_value_heads": la.num_value_heads,
+            "linear_key_head_dim": la.key_head_dim, "linear_value_head_dim": la.value_head_dim,
+            "linear_conv_kernel_dim": la.conv_kernel}
+
+
+ARCHITECTURE = Architecture(
+    layer_types=config_lib.LAYER_TYPES,
+    param_shapes=param_shapes,
+    init_constant=init_constant,
+    forward=forward,
+    empty_cache=empty_cache,
+    cache_rows_axis=1,  # Every leaf stacks its layers first.
+    prefix_cache=False,  # Recurrent states cannot roll back to a prefix.
+    hf_model_types=("qwen3_5", "qwen3_5_text"),
+    hf_names=HF_NAMES,
+    config_from_hf=config_from_hf,
+    config_to_hf=config_to_hf,
+)
