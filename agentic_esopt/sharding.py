@@ -337,6 +337,13 @@ def process_slice(size: int) -> range:
     return range(bounds[jax.process_index()], bounds[jax.process_index() + 1])
 
 
+def process_sum(value: int) -> int:
+    """``value`` summed over every process (``value`` itself on one process)."""
+    if jax.process_count() == 1:
+        return value
+    return int(multihost_utils.process_allgather(np.array([value], np.int64)).sum())
+
+
 def allgather_bytes(data: bytes) -> list[bytes]:
     """Every process's ``data``, in process order (``[data]`` on one process). Padded to
     a power of two of at least 64 KiB, so few gathers of different sizes compile."""

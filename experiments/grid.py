@@ -63,7 +63,10 @@ def is_finished(directory: str) -> bool:
 
 
 def copy_results(source: str, target: str) -> None:
-    """Copies a run's small result files (``RESULT_FILES``) from ``source`` to ``target``."""
+    """Copies a run's small result files (``RESULT_FILES``) from ``source`` to ``target``
+    (nothing to do when they are one folder)."""
+    if os.path.abspath(source) == os.path.abspath(target):
+        return
     os.makedirs(target, exist_ok=True)
     for name in RESULT_FILES:
         if os.path.isfile(os.path.join(source, name)):

@@ -289,9 +289,17 @@ def sampling(options: Options, temperature: float, stop: Sequence[str] = ()) -> 
 Generate = Callable[..., Any]
 
 
+@dataclasses.dataclass
+class TokenUsage:
+    """Tokens a policy's model processed (``GenerationOutput.fed_tokens``, summed)."""
+
+    fed: int = 0
+
+
 def make_model_policy(model: Any, population: Any, options: Options, *,
                       temperature: float, key: jax.Array | None, generate: Generate,
-                      extra_stop: Sequence[str] = (), keep_tokens: bool = False) -> Policy:
+                      extra_stop: Sequence[str] = (), keep_tokens: bool = False,
+                      usage: TokenUsage | None = None) -> Policy:
     """A policy that chat-templates each conversation and calls ``generate``.
 
     Args:
@@ -306,6 +314,7 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
       generate: ``models.generate`` or a stand-in with its signature.
       extra_stop: the environment's stop strings.
       keep_tokens: return ``Reply``s holding each turn's token ids and log-probabilities.
+      usage: if given, counts the tokens every call fed through the model.
 
     With ``options.keep_kv_cache`` the policy keeps one ``models.ConversationCache`` whose
     rows are the (member, task) episodes: a turn feeds only the tokens its prompt adds to
@@ -338,6 +347,8 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
             streams=sample_streams(population is not None, members, task_indices),
             conversation=None if cache is None else Conversation(
                 cache, list(zip(members, task_indices))))
+        if usage is not None:
+            usage.fed += sum(output.fed_tokens)
         texts = [options.reply_prefix + text for text in output.texts]
         if not keep_tokens:
             return texts

@@ -103,43 +103,48 @@ class EpisodeRewards:
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None,
               members: Sequence[int], keep_tokens: bool = False
-              ) -> list[rollout.Trajectory]:
+              ) -> tuple[list[rollout.Trajectory], int]:
+        """The episodes of ``members`` × ``tasks`` and the tokens the model processed."""
         if not members:
-            return []
+            return [], 0
+        usage = rollout.TokenUsage()
         policy = rollout.make_model_policy(model, population, self.options,
                                            temperature=temperature, key=key,
                                            generate=self.generate,
                                            extra_stop=self.source.stop,
-                                           keep_tokens=keep_tokens)
-        return rollout.run_episodes(
+                                           keep_tokens=keep_tokens, usage=usage)
+        trajectories = rollout.run_episodes(
             self.source.env_factory, tasks, policy, members,
             system_prompt=self.system_prompt, generation=generation,
             max_turns=self.options.max_turns, trajectory_path=trajectory_path)
+        return trajectories, usage.fed
 
     def rewards(self, model, population, generation, key, trajectory_path=None) -> Rewards:
         tasks = self.source.train_tasks(generation)
         members = sharding.process_slice(num_members(population))
-        trajectories = gather_trajectories(self._play(
-            model, population, tasks, self.options.temperature, key, generation, None,
-            members))
+        own, fed = self._play(model, population, tasks, self.options.temperature, key,
+                              generation, None, members)
+        trajectories = gather_trajectories(own)
         if trajectory_path is not None and sharding.is_primary():
             rollout.write_trajectories(trajectory_path, trajectories)
         return Rewards(rollout.member_rewards(trajectories, num_members(population)),
-                       [str(t.id) for t in tasks], training_metrics(trajectories))
+                       [str(t.id) for t in tasks],
+                       {**training_metrics(trajectories),
+                        "forward_tokens": float(sharding.process_sum(fed))})
 
     def samples(self, model: Any, group_size: int, generation: int, key: jax.Array,
-                trajectory_path: str | None = None) -> list[rollout.Trajectory]:
+                trajectory_path: str | None = None) -> tuple[list[rollout.Trajectory], int]:
         """``group_size`` independent episodes of each of the generation's tasks by
         ``model.params``, with their turn tokens (a policy-gradient batch); sample-major,
-        then task order."""
+        then task order; and the tokens the model processed."""
         return self._play(model, None, self.source.train_tasks(generation),
                           self.options.temperature, key, generation, trajectory_path,
                           range(group_size), keep_tokens=True)
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
-        trajectories = self._play(model, None, self.source.eval_tasks, self.eval_temperature,
-                                  key, generation, trajectory_path,
-                                  range(self.eval_repeats))
+        trajectories, _ = self._play(model, None, self.source.eval_tasks,
+                                     self.eval_temperature, key, generation, trajectory_path,
+                                     range(self.eval_repeats))
         return episode_statistics(trajectories)
 
     def state(self) -> dict[str, Any]:

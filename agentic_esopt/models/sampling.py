@@ -58,12 +58,15 @@ class GenerationOutput(NamedTuple):
         was sampled from before truncation: ``log_softmax(logits / temperature)`` (the
         temperature is 1 when greedy; top-k, top-p and penalties are not applied), one per
         entry of ``token_ids`` (what a policy gradient's importance ratio needs).
+      fed_tokens: per row, the tokens the model processed: the prompt's new tokens (those
+        a kept cache did not hold) and every generated token (FLOP estimates).
     """
 
     texts: list[str]
     token_ids: list[list[int]]
     finish_reasons: list[str]
     logprobs: list[list[float]]
+    fed_tokens: list[int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,7 +369,7 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
         raise ValueError("generate needs a model with a tokenizer to decode its outputs.")
     token_lists = _tokenize(tokenizer, prompts, model.config.vocab_size)
     if not token_lists:
-        return GenerationOutput([], [], [], [])
+        return GenerationOutput([], [], [], [], [])
     settings = _Settings.build(model.config, tokenizer, sampling, key)
     run_by = _check_members(population, members, len(token_lists))
     if conversation is None:
@@ -382,9 +385,10 @@ def generate(model: Model, prompts: Sequence[str] | Sequence[Sequence[int]],
     else:
         results = _generate_batch(model.config, model.params, batch, settings, cache, None,
                                   run_by)
-    texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids, _ in results))
-    logprobs = [row_logprobs[:len(ids)] for (_, row_logprobs), ids in zip(results, token_ids)]
-    return GenerationOutput(list(texts), list(token_ids), list(reasons), logprobs)
+    texts, token_ids, reasons = zip(*(_finish(ids, settings) for ids, _, _ in results))
+    logprobs = [row_logprobs[:len(ids)] for (_, row_logprobs, _), ids in zip(results, token_ids)]
+    return GenerationOutput(list(texts), list(token_ids), list(reasons), logprobs,
+                            [fed for _, _, fed in results])
 
 
 class _Batch(NamedTuple):
@@ -534,10 +538,10 @@ def _run_each_member(params: PyTree, run_by: _Members,
 
 def _generate_batch(config: ModelConfig, params: PyTree, batch: _Batch, settings: _Settings,
                     cache: ConversationCache, part: Any, run_by: _Members | None = None
-                    ) -> list[tuple[list[int], list[float]]]:
-    """(generated ids (cut after EOS), their log-probabilities) per row: the prompts' new
-    tokens are fed into ``cache``'s rows, then decoded in one batch (row b by member
-    ``run_by.members[b]``, if given)."""
+                    ) -> list[tuple[list[int], list[float], int]]:
+    """(generated ids (cut after EOS), their log-probabilities, tokens fed) per row: the
+    prompts' new tokens are fed into ``cache``'s rows, then decoded in one batch (row b by
+    member ``run_by.members[b]``, if given)."""
     new_tokens = bucket(settings.max_new_tokens, MIN_NEW_TOKENS_BUCKET)
     mesh = mesh_of(params)
     chunk, kv = cache.prepare(config, params["embed"]["embedding"].dtype, part, batch.rows,
@@ -592,7 +596,9 @@ def _generate_batch(config: ModelConfig, params: PyTree, batch: _Batch, settings
     logprobs = np.asarray(state.logprobs[chunk.batch, :steps])
     cache.record(part, chunk, state.cache, generated)
     cut = [_cut_after_eos(ids.tolist(), settings.eos_ids) for ids in generated]
-    return [(ids, row_logprobs[:len(ids)].tolist()) for ids, row_logprobs in zip(cut, logprobs)]
+    prompt_fed = np.asarray(chunk.tokens_mask[chunk.batch]).sum(axis=1)
+    return [(ids, row_logprobs[:len(ids)].tolist(), int(fed) + len(ids))
+            for ids, row_logprobs, fed in zip(cut, logprobs, prompt_fed)]
 
 
 def piece_width(batch: int, width: int, slots: int, heads: int) -> int:

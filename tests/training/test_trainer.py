@@ -56,6 +56,11 @@ def test_run_writes_every_record(finished):
         ("eval", 0), ("train", 0), ("train", 1), ("eval", 2), ("train", 2), ("eval", 3)]
     assert [r["reward_mean"] for r in logged if r["kind"] == "train"] == pytest.approx(
         [float(np.mean(r["rewards"])) for r in records])
+    size = sum(leaf.size for leaf in jax.tree.leaves(result.state.params))
+    for record in (r for r in logged if r["kind"] == "train"):
+        # 4 members × 2 one-turn tasks, each feeding its prompt and up to 4 new tokens.
+        assert 8 * 4 < record["forward_tokens"] and record["flops"] == pytest.approx(
+            2 * size * record["forward_tokens"])
     for generation in range(3):
         episodes = agents.read_trajectories(files.train_trajectories(generation))
         assert len(episodes) == 4 * 2 and {e.generation for e in episodes} == {generation}

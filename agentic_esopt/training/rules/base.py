@@ -26,12 +26,23 @@ class StepResult(NamedTuple):
     Attributes:
       population: the ES population (None for rules without one).
       rewards: the reward source's output.
-      metrics: the rule's own metrics (σ, learning rate, update norm, reward statistics).
+      metrics: the rule's own metrics (σ, learning rate, update norm, reward statistics,
+        estimated ``flops``).
     """
 
     population: Any
     rewards: sources.Rewards
     metrics: dict[str, Any]
+
+
+def parameter_count(params: PyTree) -> int:
+    """Numbers in a parameter tree (N of the 2·N FLOPs per token estimate)."""
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+
+
+def forward_flops(params: PyTree, tokens: float) -> float:
+    """Estimated FLOPs of a forward pass over ``tokens`` tokens: 2·N per token."""
+    return 2.0 * parameter_count(params) * tokens
 
 
 def reward_statistics(rewards: np.ndarray) -> dict[str, float]:

@@ -23,7 +23,8 @@ from agentic_esopt.agents import sources
 from agentic_esopt.models import sampling
 from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import grpo
-from agentic_esopt.training.rules.base import Rule, StepResult, reward_statistics
+from agentic_esopt.training.rules.base import (Rule, StepResult, forward_flops,
+                                               reward_statistics)
 
 PyTree = Any
 
@@ -96,6 +97,13 @@ class GRPORule(Rule):
         return grpo.make_optimizer(self.options.learning_rate, self.options.weight_decay,
                                    self.options.max_grad_norm)
 
+    def flops(self, params: PyTree, rollout_tokens: int, examples) -> float:
+        """Estimated FLOPs of a step: the rollouts' forward passes, then per epoch over
+        every turn the reference's forward pass and the loss's forward and backward
+        passes (backward = 2 × forward)."""
+        turn_tokens = sum(len(turn.prompt_ids) + len(turn.reply_ids) for turn, _ in examples)
+        return forward_flops(params, rollout_tokens + 4 * self.options.epochs * turn_tokens)
+
     def init(self, params: PyTree) -> grpo.GRPOState:
         """The policy starts as a copy of ``params``, which stay the frozen reference."""
         return grpo.GRPOState(params=jax.tree.map(jnp.copy, params),
@@ -106,8 +114,9 @@ class GRPORule(Rule):
              key: jax.Array, trajectory_path: str | None
              ) -> tuple[grpo.GRPOState, StepResult]:
         generation, group_size = int(state.generation), self.options.group_size
-        trajectories = source.samples(dataclasses.replace(model, params=state.params),
-                                      group_size, generation, key, trajectory_path)
+        trajectories, rollout_tokens = source.samples(
+            dataclasses.replace(model, params=state.params), group_size, generation, key,
+            trajectory_path)
         advantages = grpo.trajectory_advantages(trajectories, group_size)
         examples = grpo.turn_examples(trajectories, advantages)
         hyper = grpo.Hyper(self.temperature, self.options.clip_epsilon, self.options.kl_beta,
@@ -122,6 +131,7 @@ class GRPORule(Rule):
         metrics = {**reward_statistics(rewards), **metrics,
                    "learning_rate": self.options.learning_rate,
                    "num_examples": float(len(examples)),
+                   "flops": self.flops(state.params, rollout_tokens, examples),
                    "zero_advantage_fraction": float(np.mean(advantages == 0))}
         state = state.replace(params=params, opt_state=opt_state,
                               generation=state.generation + 1)

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from agentic_esopt.agents import sources
-from agentic_esopt.training.rules.base import Rule, StepResult, reward_statistics
+from agentic_esopt.training.rules.base import (Rule, StepResult, forward_flops,
+                                               reward_statistics)
 
 PyTree = Any
 
@@ -40,8 +41,10 @@ class FrozenRule(Rule):
              key: jax.Array, trajectory_path: str | None) -> tuple[FrozenState, StepResult]:
         rewards = source.rewards(dataclasses.replace(model, params=state.params), None,
                                  int(state.generation), key, trajectory_path)
+        flops = forward_flops(state.params, rewards.metrics.get("forward_tokens", 0.0))
         state = state.replace(generation=state.generation + 1)
-        return state, StepResult(None, rewards, reward_statistics(rewards.rewards))
+        return state, StepResult(None, rewards, {**reward_statistics(rewards.rewards),
+                                                 "flops": flops})
 
 
 def make(config: Any) -> FrozenRule:
