@@ -2,70 +2,29 @@
 
 An environment module defines ``Options`` (a frozen dataclass of its settings with a
 ``problems()`` method, see ``agentic_esopt.options``) and
-``make_source(options, splits) -> TaskSource``. Registering it is one line in ``_MODULES``;
+``make_source(options, splits) -> TaskSource``. Registering it is one line in ``_REGISTRY``
+(or ``register(name, module)`` from outside the package);
 modules are imported when first used, so an environment's heavy or optional
 dependencies (a browser, a sandbox) load only for runs that use it.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
 from agentic_esopt import options as options_lib
+from agentic_esopt.registry import Registry
 from agentic_esopt.envs.base import Splits, split_problems
 
-# name -> the module (or a registered object) defining Options and make_source.
-_MODULES = {
+_REGISTRY = Registry("environment", "env", {
     "sudoku": "agentic_esopt.envs.sudoku",
     "ahd": "agentic_esopt.envs.ahd.source",
     "math_react": "agentic_esopt.envs.math_react",
     "miniwob": "agentic_esopt.envs.miniwob",
     "webarena_lite": "agentic_esopt.envs.webarena_lite",
-}
-
-
-def register(name: str, implementation: str | Any) -> None:
-    """Registers an environment defined outside the package.
-
-    Args:
-      name: the name ``make`` and config files use.
-      implementation: an importable module name, or any object (a module, a
-        ``types.SimpleNamespace``), with ``Options`` and ``make_source``.
-    """
-    if name in _MODULES and _MODULES[name] is not implementation:
-        raise ValueError(f"environment {name!r} is already registered")
-    _MODULES[name] = implementation
-
-
-def names() -> tuple[str, ...]:
-    """The registered environment names."""
-    return tuple(sorted(_MODULES))
-
-
-def module(name: str) -> ModuleType | Any:
-    """The module that implements environment ``name``."""
-    if name not in _MODULES:
-        raise ValueError(f"unknown environment {name!r}; choose one of {names()}")
-    implementation = _MODULES[name]
-    if isinstance(implementation, str):
-        return importlib.import_module(implementation)
-    return implementation
-
-
-def default_options(name: str) -> dict[str, Any]:
-    """Environment ``name``'s options with their defaults, as a plain dict."""
-    return options_lib.as_dict(module(name).Options())
-
-
-def build_options(name: str, values: Mapping[str, Any],
-                  section: str = "env") -> tuple[Any, list[str]]:
-    """``name``'s ``Options`` from ``values`` and every problem with them."""
-    if name not in _MODULES:
-        return None, [f"{section}.name: unknown environment {name!r}; choose one of {names()}"]
-    return options_lib.build(module(name).Options, values, section)
+})
+register, names, module = _REGISTRY.register, _REGISTRY.names, _REGISTRY.module
+default_options, build_options = _REGISTRY.default_options, _REGISTRY.build_options
 
 
 def make_from_options(name: str, options: Any, splits: Splits = Splits()) -> Any:

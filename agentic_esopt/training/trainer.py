@@ -27,7 +27,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from agentic_esopt import agents, envs, es, models, sharding
+from agentic_esopt import agents, envs, models, sharding
 from agentic_esopt.agents import eoh
 from agentic_esopt.training import config as config_lib
 from agentic_esopt.training import report, rules

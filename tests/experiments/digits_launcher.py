@@ -3,8 +3,6 @@
 import os
 import sys
 
-from absl import app
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "training"))
 
 import digits_env  # pylint: disable=wrong-import-position,unused-import  # registers "digits"
