@@ -37,6 +37,15 @@ def built(config_dict) -> training.TrainConfig:
     return training.TrainConfig.from_dict(values)
 
 
+def assert_es_run(config, es):
+    """Generations, G, tasks per generation, α and the σ schedule of an ES preset."""
+    assert (config.run.generations, config.es.population_size,
+            config.rollout.tasks_per_generation, config.es.learning_rate) == (
+        es["generations"], es["population"], es["tasks_per_generation"], es["alpha"])
+    assert (config.es.sigma_schedule, config.es.sigma_start, config.es.sigma_end) == (
+        sigma_of(es["sigma"]))
+
+
 def assert_sampling(rollout, sampling):
     assert (rollout.temperature, rollout.top_p) == (sampling["temperature"], sampling["top_p"])
     assert rollout.top_k == max(sampling["top_k"], 0)  # -1 and 0 both mean no top-k
@@ -91,11 +100,7 @@ def test_sudoku_grpo_presets(reference, profile, name):
 def test_math_preset(reference):
     es = reference["math"]["es"]
     config = built(math_react.get_config())
-    assert (config.run.generations, config.es.population_size,
-            config.rollout.tasks_per_generation, config.es.learning_rate) == (
-        es["generations"], es["population"], es["tasks_per_generation"], es["alpha"])
-    assert (config.es.sigma_schedule, config.es.sigma_start, config.es.sigma_end) == (
-        sigma_of(es["sigma"]))
+    assert_es_run(config, es)
     assert (config.es.scope, config.es.fitness, config.es.noise) == (es["scope"], "zscore",
                                                                      "full")
     assert (config.rollout.max_turns, config.env.max_turns) == (es["max_turns"],
@@ -109,11 +114,7 @@ def test_webarena_preset(reference):
     web = reference["webarena"]
     es = web["es"]
     config = built(webarena_lite.get_config())
-    assert (config.run.generations, config.es.population_size,
-            config.rollout.tasks_per_generation, config.es.learning_rate) == (
-        es["generations"], es["population"], es["tasks_per_generation"], es["alpha"])
-    assert (config.es.sigma_schedule, config.es.sigma_start, config.es.sigma_end) == (
-        sigma_of(es["sigma"]))
+    assert_es_run(config, es)
     assert (config.es.scope, config.es.fitness, config.run.eval_every) == (
         es["scope"], es["fitness"], es["eval_every"])
     assert (config.rollout.max_turns, config.env.max_turns) == (
