@@ -23,6 +23,7 @@ import numpy as np
 
 from agentic_esopt import fileio
 from agentic_esopt.es import strategy as strategy_lib
+from agentic_esopt.es.strategies import agentic_esopt as agentic_esopt_lib
 
 PyTree = Any
 FORMAT_VERSION = 1
@@ -185,7 +186,7 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
 def replay_records(params: PyTree, header: dict, records: list[dict],
                    strategy: strategy_lib.Strategy | None = None) -> strategy_lib.ESState:
     """The ES state after applying ``records`` (read from a history) to ``params``."""
-    strategy = strategy or strategy_lib.from_spec(header["strategy"])
+    strategy = strategy or agentic_esopt_lib.from_spec(header["strategy"])
     state = strategy.init(np.asarray(header["run_key"], np.uint32), params)
     for record in records:
         population = strategy.ask(state)

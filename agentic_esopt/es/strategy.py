@@ -1,19 +1,25 @@
-"""The Agentic ESOpt strategy: init / ask / perturb / tell over any parameter pytree.
+"""What every ES strategy shares: init / ask / perturb / tell over any parameter pytree.
 
-Each generation: ``ask`` derives G member keys (no weights); the caller evaluates members
+An ES algorithm is an ``Algorithm`` record of hooks; ``make`` binds it to a ``Sampling``
+(how ``ask`` draws the population) and returns a ``Strategy`` of pure functions. Each
+generation ``ask`` derives G member keys (no weights); the caller evaluates members
 θ + σ ε_i (``perturb``, or population-batched inference with ``noise.population_factors``);
-``tell`` shapes the rewards and applies the estimate
+``tell`` shapes the rewards into weights w and applies the estimate
 
-    ĝ = (1/G) Σ_i w_i ε_i            (optionally divided by σ)
+    ĝ = s · Σ_i w_i sign_i ε_i            (s: the algorithm's scale, e.g. 1/G)
 
-through an optax transformation; the default ``optax.sgd(learning_rate)`` gives the paper's
-θ ← θ + α/G Σ_i w_i ε_i. ``tell`` regenerates each member's noise leaf by leaf inside a
-loop, so it never holds more than one leaf of noise whatever G is.
+through the algorithm's optax transformation, which receives −ĝ. ``tell`` regenerates the
+noise leaf by leaf inside a loop (one member, or a chunk of low-rank factors no larger than
+the leaf, per step), so it never holds more than O(one leaf) of noise whatever G is.
+
+The settings of a run (``Options``, the config's ``es`` section) and their problems
+(``settings_problems``, also checked by the strategy factories) live here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import flax.struct
@@ -55,16 +61,49 @@ class Strategy(NamedTuple):
     spec: dict
 
 
-def _build_optimizer(name: str, learning_rate: schedules.Schedule,
-                     weight_decay: float) -> optax.GradientTransformation:
-    if name == "sgd":
-        return optax.sgd(learning_rate)
-    if name == "adam":
-        return optax.adam(learning_rate)
-    if name == "adamw":
-        return optax.adamw(learning_rate, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {OPTIMIZERS} or pass an "
-                     "optax.GradientTransformation")
+class Sampling(NamedTuple):
+    """How ``ask`` draws a population.
+
+    Attributes:
+      population_size: G, the number of perturbed members per generation.
+      sigma: the perturbation scale's schedule over generations.
+      noise: "full" (Gaussian ε per leaf) or "lowrank" (E = A Bᵀ/√r for matrices).
+      rank: r for low-rank noise.
+      antithetic: members 2k and 2k+1 share ε with opposite signs.
+      scope: "full", "all_linear" or a regex over leaf paths: the leaves perturbed.
+    """
+
+    population_size: int
+    sigma: schedules.Schedule
+    noise: str = "full"
+    rank: int = 1
+    antithetic: bool = False
+    scope: str = "full"
+
+    @property
+    def spec(self) -> dict:
+        return dict(population_size=self.population_size, sigma=self.sigma.spec,
+                    noise=self.noise, rank=self.rank, antithetic=self.antithetic,
+                    scope=self.scope)
+
+
+class Algorithm(NamedTuple):
+    """The hooks that make an ES algorithm of the shared machinery.
+
+    Attributes:
+      shape: rewards (G,) float32 -> per-member weights w (G,), recorded in the history.
+      scale: the population -> the estimate's factor s (a scalar), e.g. 1/G or 1/(Gσ).
+      optimizer: the optax transformation applied to −ĝ; its state is ``ESState.opt_state``.
+      learning_rate: α's schedule, reported in the metrics.
+      spec: the algorithm's own settings, JSON values (``Strategy.spec`` adds the sampling
+        settings and ``learning_rate``).
+    """
+
+    shape: Callable[[jax.Array], jax.Array]
+    scale: Callable[[noise_lib.Population], jax.Array | float]
+    optimizer: optax.GradientTransformation
+    learning_rate: schedules.Schedule
+    spec: dict
 
 
 def raw_key(key: jax.Array | int) -> jax.Array:
@@ -74,6 +113,69 @@ def raw_key(key: jax.Array | int) -> jax.Array:
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         return jax.random.key_data(key)
     return jnp.asarray(key, jnp.uint32)
+
+
+def named_optimizer(name: str, learning_rate: schedules.Schedule,
+                    weight_decay: float) -> optax.GradientTransformation:
+    """The optax transformation called ``name`` (one of ``OPTIMIZERS``)."""
+    if name == "adamw":
+        return optax.adamw(learning_rate, weight_decay=weight_decay)
+    return {"sgd": optax.sgd, "adam": optax.adam}[name](learning_rate)
+
+
+def settings_problems(*, population_size: int, noise: str, rank: int, antithetic: bool,
+                      scope: str, sigma_schedule: str, sigma_start: float, sigma_end: float,
+                      sigma_warmup: int, learning_rate: float | None,
+                      optimizer: str | optax.GradientTransformation, weight_decay: float,
+                      fitness: str) -> list[str]:
+    """Every problem of a set of ES settings (the trainer checks σ warmup < generations).
+
+    Args:
+      population_size, noise, rank, antithetic, scope: as in ``Sampling``.
+      sigma_schedule, sigma_start, sigma_end, sigma_warmup: σ's schedule kind and fields.
+      learning_rate: α at the start, or None (only with an optax transformation).
+      optimizer: one of ``OPTIMIZERS`` or an optax transformation.
+      weight_decay: decoupled weight decay (adamw only).
+      fitness: one of ``fitness.SHAPERS``.
+    """
+    problems: list[str] = []
+    check = options_lib.checker(problems)
+    check(population_size >= 2, f"population_size must be >= 2 (z-scores of one member are "
+                                f"meaningless), got {population_size}")
+    check(not (antithetic and population_size % 2),
+          f"antithetic sampling needs an even population_size, got {population_size}")
+    check(noise in noise_lib.NOISE_MODES,
+          f"noise: unknown {noise!r}; choose one of {noise_lib.NOISE_MODES}")
+    check(rank >= 1, f"rank must be >= 1, got {rank}")
+    check(not (rank > 1 and noise == "full"),
+          f"rank={rank} only applies to noise='lowrank'; use rank=1 with full noise")
+    try:
+        noise_lib.validate_scope(scope)
+    except ValueError as error:
+        problems.append(f"scope: {error}")
+    check(sigma_schedule in schedules.KINDS,
+          f"sigma_schedule: unknown {sigma_schedule!r}; choose one of {schedules.KINDS}")
+    check(sigma_start > 0, f"sigma_start must be > 0, got {sigma_start}")
+    check(sigma_end >= 0, f"sigma_end must be >= 0, got {sigma_end}")
+    check(not (sigma_schedule == "constant" and sigma_end != sigma_start),
+          f"sigma_end: a constant σ schedule has no end value; set sigma_end = "
+          f"sigma_start ({sigma_start}), got {sigma_end}")
+    check(sigma_warmup >= 0, f"sigma_warmup must be >= 0, got {sigma_warmup}")
+    custom = isinstance(optimizer, optax.GradientTransformation)
+    check(custom or optimizer in OPTIMIZERS,
+          f"optimizer: unknown {optimizer!r}; choose one of {OPTIMIZERS} or pass an "
+          "optax.GradientTransformation")
+    check(custom or learning_rate is not None,
+          "learning_rate is required unless optimizer is an optax transformation")
+    check(custom or learning_rate is None or learning_rate > 0,
+          f"learning_rate must be > 0, got {learning_rate}")
+    check(weight_decay >= 0, f"weight_decay must be >= 0, got {weight_decay}")
+    check(not (weight_decay > 0 and optimizer != "adamw"),
+          f"weight_decay only applies to optimizer='adamw', got "
+          f"{'an optax transformation' if custom else repr(optimizer)}")
+    check(fitness in fitness_lib.SHAPERS,
+          f"fitness: unknown {fitness!r}; choose one of {tuple(fitness_lib.SHAPERS)}")
+    return problems
 
 
 def _estimate_leaf(path_string: str, leaf: jax.Array, keys: jax.Array, coeffs: jax.Array,
@@ -117,142 +219,85 @@ def _estimate_lowrank_leaf(path_string: str, shape: tuple[int, ...], keys: jax.A
     return jax.lax.fori_loop(0, num_chunks, add_chunk, jnp.zeros(shape, jnp.float32))
 
 
-def agentic_esopt(population_size: int,
-                  sigma: float | schedules.Schedule,
-                  learning_rate: float | schedules.Schedule | None,
-                  noise: str = "full",
-                  rank: int = 1,
-                  antithetic: bool = False,
-                  fitness: str = "zscore",
-                  scope: str = "full",
-                  optimizer: str | optax.GradientTransformation | None = None,
-                  weight_decay: float = 0.0,
-                  scale_by_sigma: bool = False) -> Strategy:
-    """Builds the Agentic ESOpt strategy.
+def _noise_draws(population: noise_lib.Population, weights: jax.Array,
+                antithetic: bool) -> tuple[jax.Array, jax.Array]:
+    """The distinct noise keys and their coefficients Σ w_i sign_i over the members sharing
+    each (antithetic pairs share one draw)."""
+    coeffs = weights * population.signs
+    if not antithetic:
+        return population.keys, coeffs
+    return population.keys[::2], coeffs.reshape(-1, 2).sum(axis=1)
 
-    Args:
-      population_size: G, the number of perturbed members per generation.
-      sigma: perturbation scale, a float or an ``es.schedules`` schedule over generations.
-      learning_rate: α, a float or schedule; None only with a custom optax optimizer.
-      noise: "full" (Gaussian ε per leaf) or "lowrank" (E = A Bᵀ/√r for matrices).
-      rank: r for low-rank noise.
-      antithetic: members 2k and 2k+1 share ε with opposite signs (G must be even).
-      fitness: reward shaping, one of ``fitness.SHAPERS``.
-      scope: "full", "all_linear" or a regex over leaf paths: the leaves perturbed.
-      optimizer: None or "sgd" (the paper), "adam", "adamw", or an optax transformation
-        that already includes its learning rate. It receives −ĝ as the gradient.
-      weight_decay: for "adamw".
-      scale_by_sigma: divide the estimate by σ (the reference does not).
 
-    Returns:
-      A ``Strategy`` of pure functions.
-    """
-    if population_size < 1:
-        raise ValueError(f"population_size must be >= 1, got {population_size}")
-    if antithetic and population_size % 2:
-        raise ValueError(f"antithetic sampling needs an even population_size, got "
-                         f"{population_size}")
-    if noise not in noise_lib.NOISE_MODES:
-        raise ValueError(f"unknown noise {noise!r}; choose one of {noise_lib.NOISE_MODES}")
-    if rank < 1:
-        raise ValueError(f"rank must be >= 1, got {rank}")
-    shape_rewards = fitness_lib.get(fitness)
-    noise_lib.validate_scope(scope)
-    sigma = schedules.as_schedule(sigma)
-    custom_optimizer = isinstance(optimizer, optax.GradientTransformation)
-    if custom_optimizer:
-        lr_schedule = schedules.as_schedule(learning_rate or 0.0)
-        transform = optimizer
-    else:
-        if learning_rate is None:
-            raise ValueError("learning_rate is required unless optimizer is an optax "
-                             "transformation")
-        lr_schedule = schedules.as_schedule(learning_rate)
-        transform = _build_optimizer(optimizer or "sgd", lr_schedule, weight_decay)
+def estimate(params: PyTree, population: noise_lib.Population, weights: jax.Array,
+             scale: jax.Array | float, antithetic: bool) -> PyTree:
+    """ĝ = scale · Σ_i w_i sign_i ε_i (float32, zeros outside the scope), leaf by leaf."""
+    keys, coeffs = _noise_draws(population, weights, antithetic)
 
-    spec = dict(population_size=population_size, sigma=sigma.spec,
-                learning_rate=lr_schedule.spec, noise=noise, rank=rank,
-                antithetic=antithetic, fitness=fitness, scope=scope,
-                optimizer="custom" if custom_optimizer else (optimizer or "sgd"),
-                weight_decay=weight_decay, scale_by_sigma=scale_by_sigma)
+    def leaf_estimate(path, leaf):
+        path_string = jax.tree_util.keystr(path)
+        if not noise_lib.in_scope(population.scope, path_string, leaf):
+            return jnp.zeros(leaf.shape, jnp.float32)
+        return scale * _estimate_leaf(path_string, leaf, keys, coeffs, population.noise,
+                                      population.rank)
 
-    @jax.jit
-    def init_optimizer(params: PyTree) -> PyTree:
-        # Jitted, so the float32 view of the params is never materialised when the
-        # optimizer keeps no per-parameter state (plain SGD).
-        return transform.init(jax.tree.map(lambda p: p.astype(jnp.float32), params))
+    return jax.tree_util.tree_map_with_path(leaf_estimate, params)
+
+
+def _init_optimizer(transform: optax.GradientTransformation, params: PyTree) -> PyTree:
+    # Jitted, so the float32 view of the params is never materialised when the
+    # optimizer keeps no per-parameter state (plain SGD).
+    return transform.init(jax.tree.map(lambda p: p.astype(jnp.float32), params))
+
+
+def _ask(sampling: Sampling, state: ESState) -> noise_lib.Population:
+    keys, signs = noise_lib.generation_keys(state.key, state.generation,
+                                            sampling.population_size, sampling.antithetic)
+    return noise_lib.Population(keys=keys, signs=signs,
+                                sigma=sampling.sigma(state.generation).astype(jnp.float32),
+                                generation=state.generation, noise=sampling.noise,
+                                rank=sampling.rank, scope=sampling.scope)
+
+
+def _update(sampling: Sampling, algorithm: Algorithm, state: ESState,
+            population: noise_lib.Population, rewards: jax.Array) -> tuple[ESState, dict]:
+    weights = algorithm.shape(rewards)
+    grad_estimate = estimate(state.params, population, weights, algorithm.scale(population),
+                             sampling.antithetic)
+    descent = jax.tree.map(jnp.negative, grad_estimate)
+    steps, opt_state = algorithm.optimizer.update(descent, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, steps)
+    metrics = dict(sigma=population.sigma,
+                   learning_rate=algorithm.learning_rate(state.generation),
+                   update_norm=optax.tree.norm(steps),
+                   reward_mean=rewards.mean(), reward_std=rewards.std(),
+                   reward_max=rewards.max(), reward_min=rewards.min(),
+                   weights=weights)
+    new_state = ESState(params=params, opt_state=opt_state,
+                        generation=state.generation + 1, key=state.key)
+    return new_state, metrics
+
+
+def make(sampling: Sampling, algorithm: Algorithm) -> Strategy:
+    """The ``Strategy`` of ``algorithm`` over populations drawn as ``sampling`` says."""
+    init_optimizer = jax.jit(functools.partial(_init_optimizer, algorithm.optimizer))
+    update = jax.jit(functools.partial(_update, sampling, algorithm))
 
     def init(key: jax.Array | int, params: PyTree) -> ESState:
-        opt_state = init_optimizer(params)
-        return ESState(params=params, opt_state=opt_state,
+        return ESState(params=params, opt_state=init_optimizer(params),
                        generation=jnp.zeros((), jnp.int32), key=raw_key(key))
-
-    @jax.jit
-    def ask(state: ESState) -> noise_lib.Population:
-        keys, signs = noise_lib.generation_keys(state.key, state.generation,
-                                                population_size, antithetic)
-        return noise_lib.Population(keys=keys, signs=signs,
-                                    sigma=sigma(state.generation).astype(jnp.float32),
-                                    generation=state.generation, noise=noise, rank=rank,
-                                    scope=scope)
 
     def perturb(state: ESState, population: noise_lib.Population, member: int) -> PyTree:
         return noise_lib.perturb(state.params, population, member)
 
-    def estimate(params: PyTree, population: noise_lib.Population,
-                 weights: jax.Array) -> PyTree:
-        coeffs = weights * population.signs
-        keys = population.keys
-        if antithetic:  # Pairs share ε: one noise draw per pair.
-            coeffs = coeffs.reshape(-1, 2).sum(axis=1)
-            keys = keys[::2]
-        scale = 1.0 / population_size
-        if scale_by_sigma:
-            scale = scale / population.sigma
-
-        def leaf_estimate(path, leaf):
-            path_string = jax.tree_util.keystr(path)
-            if not noise_lib.in_scope(scope, path_string, leaf):
-                return jnp.zeros(leaf.shape, jnp.float32)
-            return scale * _estimate_leaf(path_string, leaf, keys, coeffs, noise, rank)
-
-        return jax.tree_util.tree_map_with_path(leaf_estimate, params)
-
-    @jax.jit
-    def update(state: ESState, population: noise_lib.Population, rewards: jax.Array):
-        weights = shape_rewards(rewards)
-        grad_estimate = estimate(state.params, population, weights)
-        descent = jax.tree.map(jnp.negative, grad_estimate)
-        steps, opt_state = transform.update(descent, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, steps)
-        metrics = dict(sigma=population.sigma,
-                       learning_rate=lr_schedule(state.generation),
-                       update_norm=optax.tree.norm(steps),
-                       reward_mean=rewards.mean(), reward_std=rewards.std(),
-                       reward_max=rewards.max(), reward_min=rewards.min(),
-                       weights=weights)
-        new_state = ESState(params=params, opt_state=opt_state,
-                            generation=state.generation + 1, key=state.key)
-        return new_state, metrics
-
     def tell(state: ESState, population: noise_lib.Population,
              rewards) -> tuple[ESState, dict]:
-        rewards = fitness_lib.check_rewards(rewards, population_size)
+        rewards = fitness_lib.check_rewards(rewards, sampling.population_size)
         return update(state, population, jnp.asarray(rewards))
 
-    return Strategy(init=init, ask=ask, perturb=perturb, tell=tell, update=update, spec=spec)
-
-
-def from_spec(spec: dict, optimizer: optax.GradientTransformation | None = None) -> Strategy:
-    """Rebuilds a strategy from its ``spec`` (custom optimizers must be passed again)."""
-    kwargs = dict(spec)
-    kwargs["sigma"] = schedules.Schedule.from_spec(spec["sigma"])
-    kwargs["learning_rate"] = schedules.Schedule.from_spec(spec["learning_rate"])
-    if spec["optimizer"] == "custom":
-        if optimizer is None:
-            raise ValueError("this strategy used a custom optax optimizer: pass it again")
-        kwargs["optimizer"] = optimizer
-    return agentic_esopt(**kwargs)
+    spec = dict(sampling.spec, learning_rate=algorithm.learning_rate.spec, **algorithm.spec)
+    return Strategy(init=init, ask=jax.jit(functools.partial(_ask, sampling)),
+                    perturb=perturb, tell=tell, update=update, spec=spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,49 +327,7 @@ class Options:
                                            "a regex over parameter paths.")
 
     def problems(self) -> list[str]:
-        """Every problem with these settings (the trainer checks σ warmup < generations)."""
-        problems: list[str] = []
-        check = options_lib.checker(problems)
-        check(self.population_size >= 2,
-              f"population_size must be >= 2, got {self.population_size}")
-        check(not (self.antithetic and self.population_size % 2),
-              f"antithetic sampling needs an even population_size, got {self.population_size}")
-        check(self.noise in noise_lib.NOISE_MODES,
-              f"noise: unknown {self.noise!r}; choose one of {noise_lib.NOISE_MODES}")
-        check(self.rank >= 1, f"rank must be >= 1, got {self.rank}")
-        check(not (self.rank > 1 and self.noise == "full"),
-              f"rank={self.rank} only applies to noise='lowrank'; use rank=1 with full noise")
-        check(self.sigma_schedule in schedules.KINDS,
-              f"sigma_schedule: unknown {self.sigma_schedule!r}; choose one of "
-              f"{schedules.KINDS}")
-        check(self.sigma_start > 0, f"sigma_start must be > 0, got {self.sigma_start}")
-        check(self.sigma_end >= 0, f"sigma_end must be >= 0, got {self.sigma_end}")
-        check(not (self.sigma_schedule == "constant" and self.sigma_end != self.sigma_start),
-              f"sigma_end: a constant σ schedule has no end value; set sigma_end = "
-              f"sigma_start ({self.sigma_start}), got {self.sigma_end}")
-        check(self.sigma_warmup >= 0, f"sigma_warmup must be >= 0, got {self.sigma_warmup}")
-        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        check(self.optimizer in OPTIMIZERS,
-              f"optimizer: unknown {self.optimizer!r}; choose one of {OPTIMIZERS}")
-        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        check(not (self.weight_decay > 0 and self.optimizer != "adamw"),
-              f"weight_decay only applies to optimizer='adamw', got {self.optimizer!r}")
-        check(self.fitness in fitness_lib.SHAPERS,
-              f"fitness: unknown {self.fitness!r}; choose one of {tuple(fitness_lib.SHAPERS)}")
-        try:
-            noise_lib.validate_scope(self.scope)
-        except ValueError as error:
-            problems.append(f"scope: {error}")
-        return problems
-
-
-def from_options(options: Options, generations: int) -> Strategy:
-    """The strategy ``options`` describe, its σ schedule spanning ``generations``."""
-    sigma = schedules.Schedule(options.sigma_schedule, options.sigma_start, options.sigma_end,
-                               generations, options.sigma_warmup)
-    return agentic_esopt(population_size=options.population_size, sigma=sigma,
-                         learning_rate=options.learning_rate, noise=options.noise,
-                         rank=options.rank, antithetic=options.antithetic,
-                         fitness=options.fitness, scope=options.scope,
-                         optimizer=options.optimizer, weight_decay=options.weight_decay,
-                         scale_by_sigma=options.scale_by_sigma)
+        """Every problem with these settings (``settings_problems``)."""
+        settings = dataclasses.asdict(self)
+        del settings["scale_by_sigma"]  # Either value is valid.
+        return settings_problems(**settings)

@@ -14,7 +14,8 @@ PARAMS = {"w": jnp.linspace(-1, 1, 30).reshape(5, 6), "b": jnp.zeros(6, jnp.bflo
 
 def live_run(path, generations=4, noise="lowrank", optimizer="adam"):
     strategy = es.agentic_esopt(6, es.schedules.cosine(0.1, 0.01, generations), 0.05,
-                                noise=noise, rank=2, antithetic=True, optimizer=optimizer)
+                                noise=noise, rank=2 if noise == "lowrank" else 1,
+                                antithetic=True, optimizer=optimizer)
     state = strategy.init(11, PARAMS)
     writer = es.history.HistoryWriter.create(path, strategy.spec, state.key)
     rng = np.random.default_rng(0)

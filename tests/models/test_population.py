@@ -31,7 +31,7 @@ def noisy_params(config, seed=0):
 
 def population_of(params, noise, sigma=0.05, size=4):
     strategy = es.agentic_esopt(population_size=size, sigma=sigma, learning_rate=1e-3,
-                                noise=noise, rank=2)
+                                noise=noise, rank=2 if noise == "lowrank" else 1)
     return strategy.ask(strategy.init(jax.random.key(7), params))
 
 

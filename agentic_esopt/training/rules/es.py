@@ -17,7 +17,7 @@ import jax
 from agentic_esopt import es
 from agentic_esopt.agents import sources
 from agentic_esopt.training import config as config_lib
-from agentic_esopt.training.rules.base import Rule, StepResult
+from agentic_esopt.training.rules.base import Rule, StepResult, forward_flops
 
 PyTree = Any
 
@@ -94,8 +94,9 @@ class ESRule(Rule):
         population = self.strategy.ask(state)
         rewards = source.rewards(dataclasses.replace(model, params=state.params), population,
                                  int(state.generation), key, trajectory_path)
+        flops = forward_flops(state.params, rewards.metrics.get("forward_tokens", 0.0))
         state, metrics = self.strategy.tell(state, population, rewards.rewards)
-        return state, StepResult(population, rewards, metrics)
+        return state, StepResult(population, rewards, {**metrics, "flops": flops})
 
     def check_params(self, params: PyTree) -> None:
         """Raises ValueError if ``es.scope`` selects no parameter leaf."""
