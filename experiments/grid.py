@@ -207,26 +207,38 @@ def _value(text: str):
         return text
 
 
-def parse_grid(text: str) -> list[tuple[str, list]]:
-    """``[(key, values), ...]`` from ``'a.b=1,2;c.d=x'``; ValueError if malformed."""
+def parse_grid(text: str) -> list[tuple[tuple[str, ...], list[tuple]]]:
+    """The axes of ``'a.b=1,2;c.d+e.f=x+3,y+4'``: ``[(keys, value tuples), ...]``.
+
+    ``;`` separates axes and ``,`` an axis's values; an axis of several keys joined by
+    ``+`` moves them together (each value then holds one part per key, joined by ``+``),
+    e.g. ``es.population_size+rollout.tasks_per_generation=8+4,16+2`` keeps G × tasks
+    fixed. ValueError if malformed.
+    """
     axes = []
     for axis in filter(None, (a.strip() for a in text.split(";"))):
-        key, equals, values = axis.partition("=")
-        if not equals or key.count(".") != 1 or not values:
+        key_text, equals, values = axis.partition("=")
+        keys = tuple(k.strip() for k in key_text.split("+"))
+        if not equals or not values or any(k.count(".") != 1 for k in keys):
             raise ValueError(f"--grid axis {axis!r} is not 'section.option=v1,v2,...'")
-        if key == "run.seed":
+        if "run.seed" in keys:
             raise ValueError("seeds are --seeds, not a grid axis")
-        axes.append((key, [_value(v.strip()) for v in values.split(",")]))
-    keys = [key for key, _ in axes]
+        parts = [tuple(_value(p.strip()) for p in v.split("+")) for v in values.split(",")]
+        if any(len(part) != len(keys) for part in parts):
+            raise ValueError(f"--grid axis {axis!r}: each value needs {len(keys)} parts "
+                             "joined by '+'")
+        axes.append((keys, parts))
+    keys = [key for axis_keys, _ in axes for key in axis_keys]
     if len(set(keys)) != len(keys):
         raise ValueError(f"--grid names an option twice: {keys}")
     return axes
 
 
-def points(axes: list[tuple[str, list]]) -> list[dict]:
+def points(axes: list[tuple[tuple[str, ...], list[tuple]]]) -> list[dict]:
     """Every combination of the axes' values, as {key: value}."""
-    keys = [key for key, _ in axes]
-    return [dict(zip(keys, values)) for values in itertools.product(*(v for _, v in axes))]
+    return [{key: value for (keys, _), part in zip(axes, combination)
+             for key, value in zip(keys, part)}
+            for combination in itertools.product(*(parts for _, parts in axes))]
 
 
 def cell_name(point: dict) -> str:

@@ -5,8 +5,9 @@ r"""A sweep: the product of a grid's values × seeds, each point a training run.
       --workdir=workdirs/sweep [--results=experiments/results/sweep]
 
 ``--grid`` lists axes separated by ``;``, each ``section.option=v1,v2,...`` (values as
-Python literals, else strings); ``--config`` and its dotted overrides set what every run
-shares. Every run is checked before any compute, then run by ``experiments.grid``: one
+Python literals, else strings), or several options moving together,
+``es.population_size+rollout.tasks_per_generation=8+4,16+2`` (equal episodes);
+``--config`` and its dotted overrides set what every run shares. Every run is checked before any compute, then run by ``experiments.grid``: one
 model load, finished runs reused (also from ``--results``, e.g. committed result files),
 interrupted runs resumed, a failed run recorded without stopping the others. The table
 (``table.md``, ``table.json``) and plot (``success.png``) go to ``--results`` (default:

@@ -66,8 +66,8 @@ def test_a_grid_reuses_finished_runs_records_failures_and_retries_them(tmp_path,
 
 def test_grid_axes_parse_into_every_combination():
     axes = grid.parse_grid("es.noise=full,lowrank; es.population_size=8,16;es.antithetic=true")
-    assert axes == [("es.noise", ["full", "lowrank"]), ("es.population_size", [8, 16]),
-                    ("es.antithetic", [True])]
+    assert axes == [(("es.noise",), [("full",), ("lowrank",)]),
+                    (("es.population_size",), [(8,), (16,)]), (("es.antithetic",), [(True,)])]
     grid_points = grid.points(axes)
     assert len(grid_points) == 4 and grid_points[1] == {
         "es.noise": "full", "es.population_size": 16, "es.antithetic": True}
@@ -75,7 +75,15 @@ def test_grid_axes_parse_into_every_combination():
         "es.noise=full+es.population_size=16+es.antithetic=True")
     config = grid.configure(CONFIG, grid_points[1], seed=3)
     assert (config.es.noise, config.es.population_size, config.run.seed) == ("full", 16, 3)
-    for bad in ("es.noise", "noise=full", "es.noise=full;es.noise=lowrank", "run.seed=1,2"):
+    linked = grid.points(grid.parse_grid(
+        "es.population_size+rollout.tasks_per_generation=8+4,16+2;es.rank=1,4"))
+    assert linked == [
+        {"es.population_size": 8, "rollout.tasks_per_generation": 4, "es.rank": 1},
+        {"es.population_size": 8, "rollout.tasks_per_generation": 4, "es.rank": 4},
+        {"es.population_size": 16, "rollout.tasks_per_generation": 2, "es.rank": 1},
+        {"es.population_size": 16, "rollout.tasks_per_generation": 2, "es.rank": 4}]
+    for bad in ("es.noise", "noise=full", "es.noise=full;es.noise=lowrank", "run.seed=1,2",
+                "es.rank+es.noise=1,2+full", "es.rank+es.rank=1+2"):
         with pytest.raises(ValueError):
             grid.parse_grid(bad)
 
