@@ -1,0 +1,73 @@
+r"""One prepared accelerator check: generation, memory and rollout benchmarks in one go.
+
+  python -m experiments.accelerator_check > accelerator.json     # on a GPU / TPU machine
+
+Runs ``bench_generate``, ``bench_memory`` and ``bench_rollout`` (each in its own process,
+with its own time limit) at sizes chosen to finish within about 8 minutes on one
+accelerator, and prints ONE JSON object: where it ran (JAX backend and devices), each
+benchmark's own JSON result, the seconds each took, and the error of any that failed
+(the others still run). ``--sizes=smoke`` runs the same on the tiny random model in about
+a minute (for CPU tests of the script itself).
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+import jax
+
+SIZES = {
+    # name -> (arguments, time limit in seconds); the limits add up to 8 minutes.
+    "accelerator": {
+        "bench_generate": (["--batch_sizes=1,8,64", "--prompt_len=128", "--new_tokens=64",
+                            "--population_size=32", "--rows_per_member=2", "--repeats=2",
+                            "--torch=false"], 200),
+        "bench_memory": (["--models=smollm2-135m", "--rows=8"], 120),
+        "bench_rollout": (["--rows=64", "--turns=10", "--reprefill_turns=1,10"], 160),
+    },
+    "smoke": {
+        "bench_generate": (["--model=tiny", "--batch_sizes=1,4", "--prompt_len=16",
+                            "--new_tokens=8", "--population_size=2", "--rows_per_member=2",
+                            "--sequential_members=2", "--repeats=1", "--torch=false",
+                            "--qwen3_5=false"], 300),
+        "bench_memory": (["--models=tiny", "--rows=2", "--prompt_len=16", "--new_tokens=4"],
+                         300),
+        "bench_rollout": (["--model=tiny", "--rows=3", "--turns=2", "--obs_tokens=6",
+                           "--reply_tokens=3", "--reprefill_turns=1,2"], 300),
+    },
+}
+
+_SIZES = flags.DEFINE_enum("sizes", "accelerator", list(SIZES), "Benchmark sizes.")
+
+
+def run_benchmark(name: str, arguments: list[str], limit_s: int) -> dict:
+    """A benchmark's JSON result(s) (its last line, or every line for one per model)."""
+    began = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", f"experiments.{name}", "--json",
+                               *arguments], capture_output=True, text=True, timeout=limit_s,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return dict(seconds=time.monotonic() - began, error=f"timed out after {limit_s} s")
+    seconds = time.monotonic() - began
+    if done.returncode != 0:
+        return dict(seconds=seconds, error=done.stderr.strip().splitlines()[-1:])
+    results = [json.loads(line) for line in done.stdout.strip().splitlines()
+               if line.startswith("{")]
+    return dict(seconds=seconds, result=results if len(results) > 1 else results[0])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    report = dict(backend=jax.default_backend(),
+                  devices=[str(device) for device in jax.devices()], sizes=_SIZES.value)
+    for name, (arguments, limit_s) in SIZES[_SIZES.value].items():
+        report[name] = run_benchmark(name, arguments, limit_s)
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
