@@ -13,7 +13,8 @@ parameter itself. For each parameter dtype and σ this measures, on --model:
   weight) make on a random batch;
 * one SGD step of size --learning_rate on the rewards (1, 0, ...): ``updated_fraction`` of
   entries it changes, and ``update_error``: ‖(θ_new − θ) − α ĝ‖ / ‖α ĝ‖, the share of the
-  step lost or distorted by rounding (α ĝ: the same step taken on float32 copies).
+  step lost or distorted by rounding (α ĝ: the same step taken on float32 copies); the
+  same two with ``es.rounding="stochastic"`` (``..._stochastic``).
 
 Prints one JSON object with the devices it ran on.
 """
@@ -59,21 +60,25 @@ def measure(model, sigma: float, learning_rate: float, size: int) -> dict:
     figures = {}
     for noise in ("full", "lowrank"):
         strategy = es.agentic_esopt(size, sigma, learning_rate, noise=noise)
-        state = strategy.init(0, params)
+        state = strategy.init(0, params)  # Only asked and perturbed: never told.
         population = strategy.ask(state)
         if noise == "full":
             member = strategy.perturb(state, population, 0)
             figures["perturbed_fraction"] = changed_fraction(params, member)
             member_logits = models.logits(config, member, tokens)
             rewards = np.eye(size)[0]
-            new_params = strategy.tell(state, population, rewards)[0].params
             as_float32 = jax.tree.map(lambda p: p.astype(jnp.float32), params)
-            intended = strategy.tell(strategy.init(0, as_float32), population, rewards)[0]
+            intended = strategy.tell(strategy.init(0, jax.tree.map(jnp.copy, as_float32)),
+                                     population, rewards)[0]
             step = jax.tree.map(jnp.subtract, intended.params, as_float32)
-            error = jax.tree.map(lambda new, old, s: new.astype(jnp.float32) - old - s,
-                                 new_params, as_float32, step)
-            figures["updated_fraction"] = changed_fraction(params, new_params)
-            figures["update_error"] = float(tree_norm(error) / tree_norm(step))
+            for rounding, suffix in (("nearest", ""), ("stochastic", "_stochastic")):
+                rounded = es.agentic_esopt(size, sigma, learning_rate, rounding=rounding)
+                new_params = rounded.tell(rounded.init(0, jax.tree.map(jnp.copy, params)),
+                                          population, rewards)[0].params
+                error = jax.tree.map(lambda new, old, s: new.astype(jnp.float32) - old - s,
+                                     new_params, as_float32, step)
+                figures["updated_fraction" + suffix] = changed_fraction(params, new_params)
+                figures["update_error" + suffix] = float(tree_norm(error) / tree_norm(step))
         else:
             member_logits = models.logits(config, params, tokens, population=population,
                                           members=np.zeros(tokens.shape[0], np.int32))

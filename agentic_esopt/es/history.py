@@ -19,6 +19,7 @@ import zlib
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from agentic_esopt import fileio
@@ -185,9 +186,11 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
 
 def replay_records(params: PyTree, header: dict, records: list[dict],
                    strategy: strategy_lib.Strategy | None = None) -> strategy_lib.ESState:
-    """The ES state after applying ``records`` (read from a history) to ``params``."""
+    """The ES state after applying ``records`` (read from a history) to a copy of
+    ``params`` (``tell`` consumes its state)."""
     strategy = strategy or agentic_esopt_lib.from_spec(header["strategy"])
-    state = strategy.init(np.asarray(header["run_key"], np.uint32), params)
+    state = strategy.init(np.asarray(header["run_key"], np.uint32),
+                          jax.tree.map(jnp.copy, params))
     for record in records:
         population = strategy.ask(state)
         if not np.array_equal(np.asarray(population.keys), np.asarray(record["keys"])):

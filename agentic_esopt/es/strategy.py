@@ -12,6 +12,21 @@ through the algorithm's optax transformation, which receives −ĝ. ``tell`` reg
 noise leaf by leaf inside a loop (one member, or a chunk of low-rank factors no larger than
 the leaf, per step), so it never holds more than O(one leaf) of noise whatever G is.
 
+``tell`` consumes its state: the update donates it, so the new state reuses its buffers
+(copy a state, or the params given to ``init``, that must outlive it). With an
+``Algorithm.elementwise`` optimizer (plain SGD) each leaf's estimate is regenerated,
+transformed and applied before the next leaf's begins, so the update holds θ plus a few
+of its largest leaf. Any other transformation gets the whole float32 estimate at once
+(+1× float32 θ): one that reads the whole tree (``clip_by_global_norm``, ``masked``,
+L-BFGS, line searches) must, and Adam/AdamW, element-wise as they are, stay whole so
+results stay bitwise: compiled per leaf, XLA turns their bias-correction division x/c into
+x·(1/c), which moves last bits.
+
+Low-precision leaves (bfloat16) lose steps far below their spacing to nearest rounding;
+``rounding="stochastic"`` rounds each entry up or down with probabilities that make it
+unbiased, drawing from a key of the run key and the generation (replay stays bitwise), and
+``master_weights`` keeps an exact float32 copy of such leaves in the optimizer state.
+
 The settings of a run (``Options``, the config's ``es`` section) and their problems
 (``settings_problems``, also checked by the strategy factories) live here too.
 """
@@ -34,6 +49,8 @@ from agentic_esopt.es import schedules
 
 PyTree = Any
 OPTIMIZERS = ("sgd", "adam", "adamw")
+ROUNDINGS = ("nearest", "stochastic")
+_ROUNDING_STREAM = 0x7FFFFFFF  # Folded into the run key for rounding keys (≠ any generation).
 
 
 @flax.struct.dataclass
@@ -97,6 +114,10 @@ class Algorithm(NamedTuple):
       learning_rate: α's schedule, reported in the metrics.
       spec: the algorithm's own settings, JSON values (``Strategy.spec`` adds the sampling
         settings and ``learning_rate``).
+      elementwise: ``optimizer`` treats every entry alone (as sgd does), so the update
+        estimates, transforms and applies one leaf after another.
+      rounding: "nearest" or "stochastic": how updated low-precision leaves round.
+      master_weights: keep float32 copies of low-precision leaves in the optimizer state.
     """
 
     shape: Callable[[jax.Array], jax.Array]
@@ -104,6 +125,9 @@ class Algorithm(NamedTuple):
     optimizer: optax.GradientTransformation
     learning_rate: schedules.Schedule
     spec: dict
+    elementwise: bool = False
+    rounding: str = "nearest"
+    master_weights: bool = False
 
 
 def raw_key(key: jax.Array | int) -> jax.Array:
@@ -127,7 +151,8 @@ def settings_problems(*, population_size: int, noise: str, rank: int, antithetic
                       scope: str, sigma_schedule: str, sigma_start: float, sigma_end: float,
                       sigma_warmup: int, learning_rate: float | None,
                       optimizer: str | optax.GradientTransformation, weight_decay: float,
-                      fitness: str) -> list[str]:
+                      fitness: str, rounding: str = "nearest",
+                      master_weights: bool = False) -> list[str]:
     """Every problem of a set of ES settings (the trainer checks σ warmup < generations).
 
     Args:
@@ -137,6 +162,8 @@ def settings_problems(*, population_size: int, noise: str, rank: int, antithetic
       optimizer: one of ``OPTIMIZERS`` or an optax transformation.
       weight_decay: decoupled weight decay (adamw only).
       fitness: one of ``fitness.SHAPERS``.
+      rounding: one of ``ROUNDINGS``, how updated low-precision leaves round.
+      master_weights: keep float32 copies of low-precision leaves.
     """
     problems: list[str] = []
     check = options_lib.checker(problems)
@@ -175,6 +202,11 @@ def settings_problems(*, population_size: int, noise: str, rank: int, antithetic
           f"{'an optax transformation' if custom else repr(optimizer)}")
     check(fitness in fitness_lib.SHAPERS,
           f"fitness: unknown {fitness!r}; choose one of {tuple(fitness_lib.SHAPERS)}")
+    check(rounding in ROUNDINGS,
+          f"rounding: unknown {rounding!r}; choose one of {ROUNDINGS}")
+    check(not (master_weights and rounding == "stochastic"),
+          "rounding='stochastic' and master_weights are alternatives: float32 master "
+          "weights are exact, so choose one")
     return problems
 
 
@@ -229,25 +261,54 @@ def _noise_draws(population: noise_lib.Population, weights: jax.Array,
     return population.keys[::2], coeffs.reshape(-1, 2).sum(axis=1)
 
 
-def estimate(params: PyTree, population: noise_lib.Population, weights: jax.Array,
-             scale: jax.Array | float, antithetic: bool) -> PyTree:
-    """ĝ = scale · Σ_i w_i sign_i ε_i (float32, zeros outside the scope), leaf by leaf."""
-    keys, coeffs = _noise_draws(population, weights, antithetic)
-
-    def leaf_estimate(path, leaf):
-        path_string = jax.tree_util.keystr(path)
-        if not noise_lib.in_scope(population.scope, path_string, leaf):
-            return jnp.zeros(leaf.shape, jnp.float32)
-        return scale * _estimate_leaf(path_string, leaf, keys, coeffs, population.noise,
-                                      population.rank)
-
-    return jax.tree_util.tree_map_with_path(leaf_estimate, params)
+def _scoped_estimate(population: noise_lib.Population, path_string: str, leaf: jax.Array,
+                     keys: jax.Array, coeffs: jax.Array, scale: jax.Array | float
+                     ) -> jax.Array:
+    """One leaf's ĝ (float32; zeros outside the scope)."""
+    if not noise_lib.in_scope(population.scope, path_string, leaf):
+        return jnp.zeros(leaf.shape, jnp.float32)
+    return scale * _estimate_leaf(path_string, leaf, keys, coeffs, population.noise,
+                                  population.rank)
 
 
-def _init_optimizer(transform: optax.GradientTransformation, params: PyTree) -> PyTree:
+def stochastic_round(x: jax.Array, dtype: Any, key: jax.Array) -> jax.Array:
+    """``x`` (float32) rounded to one of its two neighbours in ``dtype``, unbiased.
+
+    The farther neighbour is taken with probability |x − nearest| / (its distance to the
+    nearest), so E[result] = x; non-finite values round to nearest.
+    """
+    nearest = x.astype(dtype)
+    base = nearest.astype(jnp.float32)
+    other = jnp.nextafter(nearest, jnp.where(x > base, jnp.inf, -jnp.inf).astype(dtype))
+    chance = (x - base) / (other.astype(jnp.float32) - base)
+    return jnp.where(jax.random.uniform(key, x.shape) < chance, other, nearest)
+
+
+def _low_precision(leaf: jax.Array) -> bool:
+    return jnp.issubdtype(leaf.dtype, jnp.floating) and jnp.finfo(leaf.dtype).bits < 32
+
+
+def _master(leaf: jax.Array) -> jax.Array | None:
+    """The float32 master copy a leaf keeps with ``master_weights`` (None if float32)."""
+    return leaf.astype(jnp.float32) if _low_precision(leaf) else None
+
+
+def _apply_step(algorithm: Algorithm, leaf: jax.Array, master: jax.Array | None,
+                step: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+    """(the updated leaf, its updated master copy or None) after adding ``step``."""
+    if master is not None:
+        master = master + step
+        return master.astype(leaf.dtype), master
+    if algorithm.rounding == "stochastic" and _low_precision(leaf):
+        return stochastic_round(leaf.astype(jnp.float32) + step, leaf.dtype, key), None
+    return optax.apply_updates(leaf, step), None
+
+
+def _init_optimizer(algorithm: Algorithm, params: PyTree) -> PyTree:
     # Jitted, so the float32 view of the params is never materialised when the
     # optimizer keeps no per-parameter state (plain SGD).
-    return transform.init(jax.tree.map(lambda p: p.astype(jnp.float32), params))
+    inner = algorithm.optimizer.init(jax.tree.map(lambda p: p.astype(jnp.float32), params))
+    return (inner, jax.tree.map(_master, params)) if algorithm.master_weights else inner
 
 
 def _ask(sampling: Sampling, state: ESState) -> noise_lib.Population:
@@ -259,17 +320,108 @@ def _ask(sampling: Sampling, state: ESState) -> noise_lib.Population:
                                 rank=sampling.rank, scope=sampling.scope)
 
 
+def _per_leaf(opt_state: PyTree, treedef: Any) -> tuple[list[PyTree], Callable]:
+    """An optax state split into one state per parameter leaf, and the function that joins
+    per-leaf states back into one.
+
+    Sub-trees shaped like the parameters (moments) are split; anything else (step counts,
+    hyperparameters) is shared, and the joined state takes the first leaf's.
+    """
+    def like(node):
+        return jax.tree.structure(node) == treedef
+
+    slots, outer = jax.tree.flatten(opt_state, is_leaf=like)
+    split = [like(slot) for slot in slots]
+    columns = [treedef.flatten_up_to(slot) if is_split else None
+               for slot, is_split in zip(slots, split)]
+    states = [outer.unflatten([column[i] if is_split else slot for slot, column, is_split
+                               in zip(slots, columns, split)])
+              for i in range(treedef.num_leaves)]
+
+    def join(leaf_states: list[PyTree]) -> PyTree:
+        rows = [outer.flatten_up_to(state) for state in leaf_states]
+        return outer.unflatten([treedef.unflatten([row[k] for row in rows]) if is_split
+                                else rows[0][k] for k, is_split in enumerate(split)])
+
+    return states, join
+
+
+def _zero_after(leaf: jax.Array, square: jax.Array) -> jax.Array:
+    """A float32 zero that XLA computes only once ``leaf`` and ``square`` are."""
+    value = leaf.reshape(-1)[0].astype(jnp.float32) + square
+    return 0.0 * jnp.where(jnp.isfinite(value), value, 0.0)
+
+
+def _update_leafwise(algorithm: Algorithm, state: ESState, population: noise_lib.Population,
+                     draws: tuple[jax.Array, jax.Array], scale: jax.Array | float,
+                     rounding_key: jax.Array) -> tuple[PyTree, PyTree, list[jax.Array]]:
+    """Estimate, transform and apply one leaf after another (``Algorithm.elementwise``).
+
+    Each leaf's noise coefficients depend (by an added zero) on the previous leaf's
+    updated values, so XLA schedules the leaves in turn and no two leaves' estimates are
+    ever live together (``optimization_barrier`` does not order them: XLA:CPU drops it).
+    """
+    inner, masters = state.opt_state if algorithm.master_weights else (state.opt_state, None)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(state.params)
+    leaf_states, join = _per_leaf(inner, treedef)
+    masters = [None] * len(flat) if masters is None else treedef.flatten_up_to(masters)
+    keys, coeffs = draws
+    leaves, new_masters, new_states, squares = [], [], [], []
+    for (path, leaf), master, leaf_state in zip(flat, masters, leaf_states):
+        if leaves:
+            coeffs = coeffs + _zero_after(leaves[-1], squares[-1])
+        path_string = jax.tree_util.keystr(path)
+        descent = -_scoped_estimate(population, path_string, leaf, keys, coeffs, scale)
+        step, leaf_state = algorithm.optimizer.update(descent, leaf_state,
+                                                      leaf if master is None else master)
+        leaf, master = _apply_step(algorithm, leaf, master, step,
+                                   noise_lib.leaf_key(rounding_key, path_string))
+        leaves.append(leaf)
+        new_masters.append(master)
+        new_states.append(leaf_state)
+        squares.append(jnp.sum(step * step))
+    inner = join(new_states)
+    if algorithm.master_weights:
+        inner = (inner, treedef.unflatten(new_masters))
+    return treedef.unflatten(leaves), inner, squares
+
+
+def _update_whole(algorithm: Algorithm, state: ESState, population: noise_lib.Population,
+                  draws: tuple[jax.Array, jax.Array], scale: jax.Array | float,
+                  rounding_key: jax.Array) -> tuple[PyTree, PyTree, list[jax.Array]]:
+    """The optax transformation on the whole estimate at once (any transformation)."""
+    inner, masters = state.opt_state if algorithm.master_weights else (state.opt_state, None)
+    descent = jax.tree_util.tree_map_with_path(
+        lambda path, leaf: -_scoped_estimate(population, jax.tree_util.keystr(path), leaf,
+                                             *draws, scale), state.params)
+    steps, inner = algorithm.optimizer.update(
+        descent, inner, state.params if masters is None else jax.tree.map(
+            lambda leaf, master: leaf if master is None else master, state.params, masters))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(state.params)
+    updated = [_apply_step(algorithm, leaf, master, step,
+                           noise_lib.leaf_key(rounding_key, jax.tree_util.keystr(path)))
+               for (path, leaf), master, step in zip(
+                   flat, ([None] * len(flat) if masters is None
+                          else treedef.flatten_up_to(masters)),
+                   treedef.flatten_up_to(steps))]
+    params = treedef.unflatten([leaf for leaf, _ in updated])
+    if masters is not None:
+        inner = (inner, treedef.unflatten([master for _, master in updated]))
+    return params, inner, [jnp.sum(step * step) for step in jax.tree.leaves(steps)]
+
+
 def _update(sampling: Sampling, algorithm: Algorithm, state: ESState,
             population: noise_lib.Population, rewards: jax.Array) -> tuple[ESState, dict]:
     weights = algorithm.shape(rewards)
-    grad_estimate = estimate(state.params, population, weights, algorithm.scale(population),
-                             sampling.antithetic)
-    descent = jax.tree.map(jnp.negative, grad_estimate)
-    steps, opt_state = algorithm.optimizer.update(descent, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, steps)
+    draws = _noise_draws(population, weights, sampling.antithetic)
+    rounding_key = jax.random.key_data(jax.random.fold_in(jax.random.fold_in(
+        jax.random.wrap_key_data(state.key), _ROUNDING_STREAM), state.generation))
+    update = _update_leafwise if algorithm.elementwise else _update_whole
+    params, opt_state, squares = update(algorithm, state, population, draws,
+                                        algorithm.scale(population), rounding_key)
     metrics = dict(sigma=population.sigma,
                    learning_rate=algorithm.learning_rate(state.generation),
-                   update_norm=optax.tree.norm(steps),
+                   update_norm=jnp.sqrt(sum(squares)),
                    reward_mean=rewards.mean(), reward_std=rewards.std(),
                    reward_max=rewards.max(), reward_min=rewards.min(),
                    weights=weights)
@@ -280,8 +432,8 @@ def _update(sampling: Sampling, algorithm: Algorithm, state: ESState,
 
 def make(sampling: Sampling, algorithm: Algorithm) -> Strategy:
     """The ``Strategy`` of ``algorithm`` over populations drawn as ``sampling`` says."""
-    init_optimizer = jax.jit(functools.partial(_init_optimizer, algorithm.optimizer))
-    update = jax.jit(functools.partial(_update, sampling, algorithm))
+    init_optimizer = jax.jit(functools.partial(_init_optimizer, algorithm))
+    update = jax.jit(functools.partial(_update, sampling, algorithm), donate_argnums=0)
 
     def init(key: jax.Array | int, params: PyTree) -> ESState:
         return ESState(params=params, opt_state=init_optimizer(params),
@@ -325,6 +477,11 @@ class Options:
                                                "identity.")
     scope: str = options_lib.field("full", "Perturbed parameters: 'full', 'all_linear' or "
                                            "a regex over parameter paths.")
+    rounding: str = options_lib.field("nearest", "How updated bfloat16/float16 parameters "
+                                                 "round: nearest or stochastic (unbiased).")
+    master_weights: bool = options_lib.field(False, "Keep float32 copies of bfloat16/"
+                                                    "float16 parameters in the optimizer "
+                                                    "state (exact; +4 bytes per entry).")
 
     def problems(self) -> list[str]:
         """Every problem with these settings (``settings_problems``)."""

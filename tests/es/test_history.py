@@ -16,7 +16,7 @@ def live_run(path, generations=4, noise="lowrank", optimizer="adam"):
     strategy = es.agentic_esopt(6, es.schedules.cosine(0.1, 0.01, generations), 0.05,
                                 noise=noise, rank=2 if noise == "lowrank" else 1,
                                 antithetic=True, optimizer=optimizer)
-    state = strategy.init(11, PARAMS)
+    state = strategy.init(11, jax.tree.map(jnp.copy, PARAMS))  # tell consumes it.
     writer = es.history.HistoryWriter.create(path, strategy.spec, state.key)
     rng = np.random.default_rng(0)
     for _ in range(generations):

@@ -30,7 +30,7 @@ def test_sharded_equals_unsharded(noise):
     rewards = np.arange(6.0)
     results = []
     for tree in (params, sharded):
-        state = strategy.init(0, tree)
+        state = strategy.init(0, jax.tree.map(jnp.copy, tree))  # tell consumes it.
         population = strategy.ask(state)
         perturbed = strategy.perturb(state, population, 3)
         new_state, _ = strategy.tell(state, population, rewards)

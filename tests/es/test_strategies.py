@@ -52,7 +52,7 @@ def rewards_of(params, population):
 
 
 def run(strategy, generations, seed=0):
-    state = strategy.init(seed, ZEROS)
+    state = strategy.init(seed, jax.tree.map(jnp.copy, ZEROS))  # tell consumes it.
     for _ in range(generations):
         population = strategy.ask(state)
         state, metrics = strategy.tell(state, population,
@@ -92,7 +92,7 @@ def test_openai_es_applies_its_own_weights_and_scale():
     size, sigma = 8, 0.05
     strategy = openai_es(size, sigma, 1.0, noise="lowrank", rank=2,
                          optimizer=optax.sgd(1.0))
-    state = strategy.init(3, TARGET)
+    state = strategy.init(3, jax.tree.map(jnp.copy, TARGET))  # tell consumes it.
     population = strategy.ask(state)
     rewards = np.asarray(rewards_of(TARGET, population))
     new_state, metrics = strategy.tell(state, population, rewards)

@@ -84,7 +84,7 @@ def test_linear_objective_estimate_converges_to_the_gradient():
     strategy = es.agentic_esopt(2 * pairs, sigma, 1.0, antithetic=True, fitness="identity",
                                 scale_by_sigma=True)
     theta = {"w": jnp.full((dim,), 0.3)}
-    state = strategy.init(7, theta)
+    state = strategy.init(7, jax.tree.map(jnp.copy, theta))  # tell consumes it.
     population = strategy.ask(state)
     noise = jax.vmap(lambda i: es.noise.member_noise(theta, population, i)["w"])(
         jnp.arange(2 * pairs))
@@ -109,7 +109,7 @@ def test_same_key_gives_bitwise_identical_update():
 
 def test_zero_variance_rewards_give_zero_update():
     strategy = es.agentic_esopt(8, 0.1, 0.1)
-    state = strategy.init(0, TARGET)
+    state = strategy.init(0, jax.tree.map(jnp.copy, TARGET))
     new_state, metrics = strategy.tell(state, strategy.ask(state), np.ones(8))
     assert float(metrics["update_norm"]) == 0.0
     for x, y in zip(jax.tree.leaves(new_state.params), jax.tree.leaves(TARGET)):
@@ -137,7 +137,7 @@ def test_other_optax_optimizers(optimizer):
 def test_bf16_params_accumulate_in_float32_and_keep_dtype():
     params = {"w": jnp.zeros((64, 64), jnp.bfloat16)}
     strategy = es.agentic_esopt(8, 1e-2, 1e-3)
-    state = strategy.init(0, params)
+    state = strategy.init(0, jax.tree.map(jnp.copy, params))
     population = strategy.ask(state)
     new_state, _ = strategy.tell(state, population, np.arange(8.0))
     assert new_state.params["w"].dtype == jnp.bfloat16
@@ -168,3 +168,91 @@ def test_tell_memory_does_not_grow_with_population_size():
     assert temps[256] <= 1.05 * temps[8] + 1e6, temps
     # The update itself is O(params); materialising the population would be 256×params.
     assert temps[256] < 5 * param_bytes, temps
+
+
+def test_lowrank_sgd_update_donates_and_holds_one_leaf_at_a_time():
+    """θ is updated in place and the temporaries are a few of the largest leaf, not θ."""
+    params = {f"layer{i}": {"kernel": jax.ShapeDtypeStruct((4, 512, 512), jnp.float32),
+                            "bias": jax.ShapeDtypeStruct((4, 512), jnp.float32)}
+              for i in range(6)}
+    param_bytes = sum(4 * np.prod(x.shape) for x in jax.tree.leaves(params))
+    largest = max(4 * np.prod(x.shape) for x in jax.tree.leaves(params))
+    strategy = es.agentic_esopt(16, 1e-3, 1e-3, noise="lowrank", antithetic=True)
+    state = jax.eval_shape(lambda p: strategy.init(0, p), params)
+    population = jax.eval_shape(strategy.ask, state)
+    compiled = strategy.update.lower(state, population,
+                                     jax.ShapeDtypeStruct((16,), jnp.float32)).compile()
+    memory = compiled.memory_analysis()
+    assert memory.alias_size_in_bytes >= param_bytes
+    assert memory.temp_size_in_bytes < 4 * largest < param_bytes, memory.temp_size_in_bytes
+
+
+def test_tell_consumes_its_state():
+    strategy = es.agentic_esopt(4, 0.1, 0.1)
+    state = strategy.init(0, jax.tree.map(jnp.copy, TARGET))
+    strategy.tell(state, strategy.ask(state), np.arange(4.0))
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state.params))
+
+
+def test_stochastic_rounding_is_unbiased_and_keyed():
+    x = jnp.asarray(np.random.default_rng(0).uniform(0.9, 1.1, 64), jnp.float32)
+    draws = jax.vmap(lambda k: es.strategy.stochastic_round(x, jnp.bfloat16, k))(
+        jax.random.split(jax.random.key(0), 4096)).astype(jnp.float32)
+    spacing = 2.0 ** -7  # bfloat16's spacing in [1, 2); the s.e. of a mean is < it/128.
+    assert float(jnp.max(jnp.abs(draws.mean(0) - x))) < 5 * spacing / 128
+    nearest = x.astype(jnp.bfloat16).astype(jnp.float32)
+    assert float(jnp.max(jnp.abs(draws.mean(0) - x))) < float(jnp.max(jnp.abs(nearest - x)))
+    assert set(np.unique(np.abs(np.asarray(draws - x)) <= spacing)) == {True}
+    np.testing.assert_array_equal(
+        es.strategy.stochastic_round(x, jnp.bfloat16, jax.random.key(1)),
+        es.strategy.stochastic_round(x, jnp.bfloat16, jax.random.key(1)))
+
+
+def bfloat16_steps(rounding="nearest", master_weights=False, generations=3, seed=0):
+    """A norm-scale-like bfloat16 leaf (θ = 1) under the published σ/α, G=32."""
+    strategy = es.agentic_esopt(32, es.schedules.cosine(1e-3, 2.5e-4, 100), 5e-4,
+                                rounding=rounding, master_weights=master_weights)
+    state = strategy.init(seed, {"scale": jnp.ones((8192,), jnp.bfloat16)})
+    changed = []
+    for generation in range(generations):
+        population = strategy.ask(state)
+        before = np.asarray(state.params["scale"], np.float32)
+        rewards = np.random.default_rng(generation).normal(size=32)
+        state, _ = strategy.tell(state, population, rewards)
+        changed.append(np.mean(np.asarray(state.params["scale"], np.float32) != before))
+    return state, changed
+
+
+def test_stochastic_rounding_lets_bfloat16_learn_and_replays_bitwise():
+    _, nearest = bfloat16_steps("nearest")
+    state, stochastic = bfloat16_steps("stochastic")
+    assert max(nearest) == 0.0 and min(stochastic) > 0.002, (nearest, stochastic)
+    again, _ = bfloat16_steps("stochastic")
+    np.testing.assert_array_equal(np.asarray(state.params["scale"]),
+                                  np.asarray(again.params["scale"]))
+    other, _ = bfloat16_steps("stochastic", seed=1)
+    assert not np.array_equal(np.asarray(other.params["scale"]),
+                              np.asarray(state.params["scale"]))
+
+
+def test_master_weights_are_the_float32_run():
+    state, changed = bfloat16_steps(master_weights=True)
+    _, master = state.opt_state
+    strategy = es.agentic_esopt(32, es.schedules.cosine(1e-3, 2.5e-4, 100), 5e-4)
+    exact = strategy.init(0, {"scale": jnp.ones((8192,), jnp.float32)})
+    for generation in range(3):
+        exact, _ = strategy.tell(exact, strategy.ask(exact),
+                                 np.random.default_rng(generation).normal(size=32))
+    np.testing.assert_array_equal(np.asarray(master["scale"]),
+                                  np.asarray(exact.params["scale"]))
+    np.testing.assert_array_equal(np.asarray(state.params["scale"]),
+                                  np.asarray(master["scale"].astype(jnp.bfloat16)))
+
+
+def test_rounding_settings_are_validated_together():
+    with pytest.raises(ValueError, match="rounding: unknown 'up'"):
+        es.agentic_esopt(4, 0.1, 0.1, rounding="up")
+    with pytest.raises(ValueError, match="alternatives"):
+        es.agentic_esopt(4, 0.1, 0.1, rounding="stochastic", master_weights=True)
+    assert "rounding: unknown 'up'" in " ".join(
+        es.strategy.Options(rounding="up").problems())

@@ -1,4 +1,5 @@
-"""bench_memory's contract: one JSON object per model with both peaks and their ratio."""
+"""bench_memory's contract: one JSON object per model with both peaks, their ratio and the
+population inference's peak."""
 
 import json
 import os
@@ -19,6 +20,10 @@ def test_bench_memory_prints_both_peaks_and_their_ratio():
     assert report["es_peak_bytes"] == max(report["es_programs"].values())
     assert report["grpo_peak_bytes"] == max(report["grpo_programs"].values())
     assert report["ratio"] == report["grpo_peak_bytes"] / report["es_peak_bytes"] > 1
+    # tell donates the state and updates leaf by leaf: ES runs at inference-level memory.
+    assert report["inference_peak_bytes"] == max(
+        report["es_programs"][name] for name in ("deltas", "prefill", "decode"))
+    assert report["es_peak_bytes"] <= 1.1 * report["inference_peak_bytes"], report
     # GRPO's rollout has the reference and AdamW's two moments beside it (ES: the members'
     # low-rank factors, far smaller).
     assert report["grpo_programs"]["decode"] - report["es_programs"]["decode"] > (

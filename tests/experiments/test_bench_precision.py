@@ -13,5 +13,9 @@ def test_bfloat16_rounds_away_what_float32_keeps():
     assert bfloat16["perturbed_fraction"]["matrices"] > 0.9
     assert bfloat16["perturbed_fraction"]["vectors"] < 0.1
     assert bfloat16["updated_fraction"]["vectors"] == 0.0 and bfloat16["update_error"] > 0.05
+    # Stochastic rounding moves some norm scales (unbiased) where nearest moves none.
+    assert bfloat16["updated_fraction_stochastic"]["vectors"] > 0.0
+    assert (bfloat16["updated_fraction_stochastic"]["matrices"]
+            > bfloat16["updated_fraction"]["matrices"])
     # Low-rank members add σ(xA)Bᵀ inside each linear: nothing rounds into the weights.
     assert abs(bfloat16["logit_change_lowrank"] / float32["logit_change_lowrank"] - 1) < 0.1

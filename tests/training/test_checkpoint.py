@@ -14,7 +14,7 @@ PARAMS = {"a": jnp.asarray([1.5, -2.25, 3e-3], jnp.bfloat16),
 
 def stepped_state():
     strategy = es.agentic_esopt(2, sigma=0.1, learning_rate=0.1, optimizer="adam")
-    state = strategy.init(5, PARAMS)
+    state = strategy.init(5, jax.tree.map(jnp.copy, PARAMS))  # tell consumes it.
     state, _ = strategy.tell(state, strategy.ask(state), np.asarray([1.0, 2.0]))
     return strategy, state
 

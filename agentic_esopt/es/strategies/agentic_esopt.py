@@ -34,7 +34,9 @@ def agentic_esopt(population_size: int,
                   scope: str = "full",
                   optimizer: str | optax.GradientTransformation | None = None,
                   weight_decay: float = 0.0,
-                  scale_by_sigma: bool = False) -> strategy_lib.Strategy:
+                  scale_by_sigma: bool = False,
+                  rounding: str = "nearest",
+                  master_weights: bool = False) -> strategy_lib.Strategy:
     """Builds the Agentic ESOpt strategy.
 
     Args:
@@ -50,6 +52,9 @@ def agentic_esopt(population_size: int,
         that already includes its learning rate. It receives −ĝ as the gradient.
       weight_decay: for "adamw".
       scale_by_sigma: divide the estimate by σ (the reference does not).
+      rounding: "nearest" or "stochastic" (unbiased), how updated low-precision leaves
+        round (``strategy.ROUNDINGS``).
+      master_weights: keep float32 copies of low-precision leaves in the optimizer state.
 
     Returns:
       A ``Strategy`` of pure functions.
@@ -65,7 +70,8 @@ def agentic_esopt(population_size: int,
         sigma_end=sigma.end, sigma_warmup=sigma.warmup,
         learning_rate=(None if learning_rate is None
                        else schedules.as_schedule(learning_rate).start),
-        optimizer=optimizer, weight_decay=weight_decay, fitness=fitness)
+        optimizer=optimizer, weight_decay=weight_decay, fitness=fitness, rounding=rounding,
+        master_weights=master_weights)
     if problems:
         raise ValueError("invalid ES settings:\n  " + "\n  ".join(problems))
     custom = isinstance(optimizer, optax.GradientTransformation)
@@ -77,7 +83,10 @@ def agentic_esopt(population_size: int,
                    strategy_lib.named_optimizer(optimizer, learning_rate, weight_decay)),
         learning_rate=learning_rate,
         spec=dict(fitness=fitness, optimizer="custom" if custom else optimizer,
-                  weight_decay=weight_decay, scale_by_sigma=scale_by_sigma))
+                  weight_decay=weight_decay, scale_by_sigma=scale_by_sigma,
+                  rounding=rounding, master_weights=master_weights),
+        elementwise=optimizer == "sgd",  # Adam stays whole-tree: see es.strategy.
+        rounding=rounding, master_weights=master_weights)
     sampling = strategy_lib.Sampling(population_size, sigma, noise, rank, antithetic, scope)
     return strategy_lib.make(sampling, algorithm)
 
@@ -104,4 +113,5 @@ def from_options(options: strategy_lib.Options, generations: int) -> strategy_li
                          rank=options.rank, antithetic=options.antithetic,
                          fitness=options.fitness, scope=options.scope,
                          optimizer=options.optimizer, weight_decay=options.weight_decay,
-                         scale_by_sigma=options.scale_by_sigma)
+                         scale_by_sigma=options.scale_by_sigma, rounding=options.rounding,
+                         master_weights=options.master_weights)

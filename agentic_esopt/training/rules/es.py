@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from agentic_esopt import es
 from agentic_esopt.agents import sources
@@ -87,7 +88,8 @@ class ESRule(Rule):
         return self.population_size
 
     def init(self, params: PyTree) -> es.ESState:
-        return self.strategy.init(self.run_key, params)
+        # A copy: ``tell`` consumes the state, and the caller's model keeps its params.
+        return self.strategy.init(self.run_key, jax.tree.map(jnp.copy, params))
 
     def step(self, state: es.ESState, source: sources.RewardSource, model: Any,
              key: jax.Array, trajectory_path: str | None) -> tuple[es.ESState, StepResult]:
