@@ -15,7 +15,7 @@ PLACEHOLDER_PATH = "/path/to/Qwen3.5-4B"  # Replaced by --config.model.name=PATH
 
 
 def get_config():
-    config = paper_sudoku(mask_count=5, sigma_start=1e-3, sigma_end=2.5e-4)
+    config = paper_sudoku(mask_count=5)  # the agentic profile: σ cosine 1e-3 → 2.5e-4
     config.model.name = PLACEHOLDER_PATH
     config.model.dtype = "bfloat16"
     return config
