@@ -28,9 +28,11 @@ SIZES = {
         "bench_rollout": (["--rows=64", "--turns=10", "--reprefill_turns=1,10"], 160),
     },
     "smoke": {
+        # The population's rows (4 members x 1 row) and the sequential member's row
+        # reuse the batches' compiled shapes.
         "bench_generate": (["--model=tiny", "--batch_sizes=1,4", "--prompt_len=16",
-                            "--new_tokens=8", "--population_size=2", "--rows_per_member=2",
-                            "--sequential_members=2", "--repeats=1", "--torch=false",
+                            "--new_tokens=8", "--population_size=4", "--rows_per_member=1",
+                            "--sequential_members=1", "--repeats=1", "--torch=false",
                             "--qwen3_5=false"], 300),
         "bench_memory": (["--models=tiny", "--rows=2", "--prompt_len=16", "--new_tokens=4"],
                          300),

@@ -146,3 +146,14 @@ def test_without_a_mesh_one_process_keeps_the_default_device():
     assert sharding.layout(sharding.MeshOptions()) is None
     assert sharding.process_slice(5) == range(5)
     assert sharding.allgather_bytes(b"abc") == [b"abc"]
+
+
+@pytest.mark.parametrize("processes", [2, 3, 4])
+def test_processes_share_the_members_contiguously_and_evenly(monkeypatch, processes):
+    monkeypatch.setattr(jax, "process_count", lambda: processes)
+    shares = []
+    for index in range(processes):
+        monkeypatch.setattr(jax, "process_index", lambda index=index: index)
+        shares.append(sharding.process_slice(4))
+    assert [m for share in shares for m in share] == list(range(4))
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1

@@ -61,6 +61,7 @@ def test_concrete_instances_are_passed_through():
 
 
 @pytest.mark.parametrize("source, reason", [
+    ("def score(xs)\n    return 1.0\n", "SyntaxError"),
     ("def score(xs):\n    return float('nan')\n", "not finite"),
     ("def score(xs):\n    return '3.0'\n", "objective has type str"),
     ("def score(xs):\n    return True\n", "objective has type bool"),

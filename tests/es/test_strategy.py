@@ -145,8 +145,12 @@ def test_bf16_params_accumulate_in_float32_and_keep_dtype():
     weights = np.asarray(es.fitness.zscore(np.arange(8.0)))
     for i in range(8):
         expected += weights[i] * np.asarray(es.noise.member_noise(params, population, i)["w"])
-    expected = (1e-3 / 8 * expected).astype(jnp.bfloat16)
-    np.testing.assert_array_equal(np.asarray(new_state.params["w"]), expected)
+    expected = 1e-3 / 8 * expected
+    actual = np.asarray(new_state.params["w"], np.float32)
+    # The float32 sum rounded once; the summation order can move an entry that lies on a
+    # rounding boundary by one bfloat16 step (accumulating in bfloat16 moves most).
+    np.testing.assert_allclose(actual, expected, rtol=2 ** -8, atol=0)
+    assert np.mean(actual == expected.astype(jnp.bfloat16).astype(np.float32)) > 0.999
 
 
 def test_tell_memory_does_not_grow_with_population_size():

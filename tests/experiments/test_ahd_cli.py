@@ -34,15 +34,9 @@ def score(tmp_path, source):
 
 
 def test_score_program_on_a_good_program(tmp_path):
-    scored = score(tmp_path, KP.seed_heuristic_source)
+    scored = score(tmp_path, 'print("noise on stdout")\n' + KP.seed_heuristic_source)
     expected = KP.baseline(KP.generate_instances(20, 3, seed=1))
     assert scored == {"valid": True, "objective": pytest.approx(expected), "error": None}
-
-
-def test_score_program_on_a_broken_program(tmp_path):
-    scored = score(tmp_path, "def select_next_item(remaining_capacity, weights, values)\n")
-    assert scored["valid"] is False and scored["objective"] is None
-    assert "SyntaxError" in scored["error"] or "syntax" in scored["error"].lower()
 
 
 def test_score_program_on_a_hostile_program(tmp_path):
@@ -56,22 +50,24 @@ def test_score_program_on_a_hostile_program(tmp_path):
     assert "timed out" in scored["error"] or "CPU" in scored["error"]
 
 
-@pytest.mark.parametrize("module, args, message", [
-    ("experiments.ahd", ["--config.env.search=eoh_plus"], "unknown 'eoh_plus'"),
-    ("experiments.ahd", ["--config.run.generations=0", "--config.rollout.top_p=2"],
-     "run.generations must be >= 1"),
-    ("experiments.ahd", ["--config.env.anchor_data=/nowhere"], "anchor_data has no"),
-    ("experiments.ahd", ["--score_program=/nowhere.py"], "no file '/nowhere.py'"),
+# Configuration problems are reported together (an unknown search hides the anchor check).
+@pytest.mark.parametrize("module, args, messages", [
+    ("experiments.ahd", ["--config.env.search=eoh_plus", "--config.rollout.top_p=2"],
+     ["unknown 'eoh_plus'", "rollout.top_p must be in (0, 1]"]),
+    ("experiments.ahd", ["--config.run.generations=0", "--config.env.anchor_data=/nowhere"],
+     ["run.generations must be >= 1", "anchor_data has no"]),
+    ("experiments.ahd", ["--score_program=/nowhere.py"], ["no file '/nowhere.py'"]),
     ("experiments.ahd", ["--config=experiments/configs/cpu_default.py"],
-     "runs the 'ahd' environment"),
-    ("experiments.ahd_grid", ["--tasks=tsp_constructive:big"], "must be an integer"),
-    ("experiments.ahd_grid", ["--methods=sample,eoh_x"], "unknown method 'eoh_x'"),
+     ["runs the 'ahd' environment"]),
+    ("experiments.ahd_grid", ["--tasks=tsp_constructive:big"], ["must be an integer"]),
+    ("experiments.ahd_grid", ["--methods=sample,eoh_x"], ["unknown method 'eoh_x'"]),
 ])
-def test_bad_flags_fail_before_any_compute(tmp_path, module, args, message):
+def test_bad_flags_fail_before_any_compute(tmp_path, module, args, messages):
     workdir = tmp_path / "run"
     result = launch(module, f"--workdir={workdir}", *args)
     assert result.returncode != 0
-    assert message in result.stderr
+    for message in messages:
+        assert message in result.stderr
     assert result.stdout == "" and not workdir.exists()
 
 

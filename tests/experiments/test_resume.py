@@ -36,10 +36,10 @@ def command_line(workdir, rule):
             *RULES[rule][1], f"--workdir={workdir}"]
 
 
-def launch(workdir, cache_dir, log_path, rule="es"):
-    # A shared persistent compilation cache makes the later processes start fast.
-    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+def launch(workdir, log_path, rule="es"):
+    # Every program compiled goes into the session's persistent compilation cache, so that
+    # the later processes (and runs in other tests) start fast.
+    env = dict(os.environ, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     log = open(log_path, "w")
     return subprocess.Popen(command_line(workdir, rule), cwd=REPO, env=env, stdout=log,
@@ -79,21 +79,20 @@ def test_kill_and_rerun_ends_bitwise_identical(tmp_path, rule):
     kill_after = random.Random().randint(1, 4)
     print(f"killing after generation {kill_after}")  # shown if the test fails
     config = RULES[rule][0]
-    cache = tmp_path / "jax_cache"
     reference = str(tmp_path / "reference")
-    finish(launch(reference, cache, tmp_path / "reference.log", rule),
+    finish(launch(reference, tmp_path / "reference.log", rule),
            tmp_path / "reference.log")
     assert training.checkpoint.load_config(training.RunFiles(reference)) == config
 
     killed = str(tmp_path / "killed")
-    process = launch(killed, cache, tmp_path / "first.log", rule)
+    process = launch(killed, tmp_path / "first.log", rule)
     while generations_recorded(killed) < kill_after:
         assert process.poll() is None, open(tmp_path / "first.log").read()[-3000:]
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the run ended before it was killed"
-    finish(launch(killed, cache, tmp_path / "second.log", rule), tmp_path / "second.log")
+    finish(launch(killed, tmp_path / "second.log", rule), tmp_path / "second.log")
 
     final, expected = restore_final_state(killed, config), restore_final_state(reference,
                                                                                config)

@@ -27,14 +27,14 @@ def torch_logits(model, ids, mask):
 def assert_population_rows_equal_member_forwards(config, params, population, members, ids,
                                                  mask):
     """Batched population logits equal each member's own forward, on real tokens; the
-    perturbation visibly changes the logits, so the comparison is meaningful."""
+    perturbation visibly changes the logits, so the comparison is meaningful. (Each
+    member's forward runs the whole batch, the plain forward's compiled shape.)"""
     batched = np.asarray(models.logits(config, params, ids, mask, population, members))
     plain = np.asarray(models.logits(config, params, ids, mask))
     real = mask.astype(bool)
     for row, member in enumerate(members):
         member_params = es.noise.perturb(params, population, member)
-        expected = np.asarray(models.logits(config, member_params, ids[row:row + 1],
-                                            mask[row:row + 1]))[0]
+        expected = np.asarray(models.logits(config, member_params, ids, mask))[row]
         np.testing.assert_allclose(batched[row][real[row]], expected[real[row]], atol=1e-4,
                                    rtol=0)
         assert np.abs(expected - plain[row])[real[row]].max() > 1e-2

@@ -10,9 +10,15 @@ from agentic_esopt.models import kv_cache, layers, sampling
 TURNS = 4
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
-def model(request, hf_checkpoint):
-    return models.load(hf_checkpoint(request.param, seed=3)[1])
+@pytest.fixture(scope="module")
+def model(hf_checkpoint):
+    """One dense model with every feature the families differ in (q/k/v/o biases, q/k
+    norms, an untied head): they change what is cached, never how the cache is kept."""
+    model = models.load(hf_checkpoint("qwen3", seed=3, attention_bias=True)[1])
+    config = model.config
+    assert config.qkv_bias and config.o_bias and config.qk_norm
+    assert not config.tie_word_embeddings
+    return model
 
 
 def observations(rows: int, turn: int) -> list[list[int]]:
@@ -53,16 +59,17 @@ def test_kept_cache_gives_the_tokens_of_re_prefilling_greedy(model):
 
 
 def test_a_turn_feeds_only_the_new_observation(model):
+    # play()'s six rows and calls: the programs compiled for the greedy test serve.
     cache = models.ConversationCache()
-    prompts = observations(3, 0)
+    prompts = observations(6, 0)
     expected_fed = [sum(map(len, prompts))]  # Then each turn's new observations.
     fed = []
     for turn in range(TURNS):
         before = cache.fed_tokens
         out = models.generate(model, prompts, max_new_tokens=5,
-                              conversation=models.Conversation(cache, range(3)))
+                              conversation=models.Conversation(cache, range(6)))
         fed.append(cache.fed_tokens - before)
-        new = observations(3, turn + 1)
+        new = observations(6, turn + 1)
         expected_fed.append(sum(map(len, new)))
         prompts = [p + ids + obs for p, ids, obs in zip(prompts, out.token_ids, new)]
     assert fed == expected_fed[:TURNS]

@@ -9,7 +9,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from agentic_esopt import es, models, sharding
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [13], [14, 15], [16, 17, 18, 19], [20, 21, 22]]
-MESHES = [(8, 1), (4, 2), (2, 4)]
+# (data, model, preset): rows only (the presets differ only on a model axis > 1), then each
+# preset once with the KV heads split over the model axis and once with them not dividing
+# it (tp then also splits the k/v projections' columns inside a head).
+LAYOUTS = [(8, 1, "fsdp"), (4, 2, "fsdp"), (2, 4, "tp")]
 
 
 @pytest.fixture(scope="module")
@@ -17,10 +20,8 @@ def model():
     return models.load("tiny")
 
 
-def population(model):
-    strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3,
-                                noise="lowrank", rank=2)
-    return strategy.ask(strategy.init(jax.random.key(1), model.params))
+def sampled():
+    return dict(temperature=1.0, key=jax.random.key(2))
 
 
 def two_turns(model, cache=None, **kwargs):
@@ -33,17 +34,30 @@ def two_turns(model, cache=None, **kwargs):
                                             **kwargs).token_ids
 
 
-@pytest.mark.parametrize("preset", ["fsdp", "tp"])
-@pytest.mark.parametrize("data, model_axis", MESHES)
-def test_sharded_generation_equals_unsharded(model, data, model_axis, preset):
+@pytest.fixture(scope="module")
+def members(model):
+    """A low-rank population, each member on two of the rows."""
+    strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3,
+                                noise="lowrank", rank=2)
+    population = strategy.ask(strategy.init(jax.random.key(1), model.params))
+    return dict(population=population, members=[0, 1, 2, 0, 1, 2])
+
+
+@pytest.fixture(scope="module")
+def unsharded(model, members):
+    """Single-device turns: the population's re-prefilled, then sampled ones."""
+    return two_turns(model, **members), two_turns(model, **sampled())
+
+
+@pytest.mark.parametrize("data, model_axis, preset", LAYOUTS)
+def test_sharded_generation_equals_unsharded(model, members, unsharded, data, model_axis,
+                                             preset):
     layout = sharding.Layout(sharding.make_mesh({"data": data, "model": model_axis}),
                              sharding.PRESETS[preset])
     sharded = dataclasses.replace(model, params=layout.place(model.params))
-    members = dict(population=population(model), members=[0, 1, 2, 0, 1, 2])
     cache = models.ConversationCache()
-    assert two_turns(sharded, cache, **members) == two_turns(model, **members)
-    assert two_turns(sharded, temperature=1.0, key=jax.random.key(2)) == two_turns(
-        model, temperature=1.0, key=jax.random.key(2))
+    assert two_turns(sharded, cache, **members) == unsharded[0]
+    assert two_turns(sharded, **sampled()) == unsharded[1]
     kv, = [rows.kv for rows in cache._parts.values()]  # pylint: disable=protected-access
     heads = "model" if model.config.num_kv_heads % model_axis == 0 else None
     expected = NamedSharding(layout.mesh, P("data", heads, None, None))

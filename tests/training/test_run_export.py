@@ -1,10 +1,9 @@
 """Exporting a run: transformers loads the folder with the run's logits; every generation;
-clear errors that leave nothing behind."""
+clear errors that leave nothing behind. (The export launcher on the contract smoke run:
+tests/experiments/test_smoke_contract.py.)"""
 
 import json
 import os
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +16,6 @@ from agentic_esopt.training import export
 
 import digits_env
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = digits_env.TINY.replace(run=dict(checkpoint_every=2))  # checkpoints 2 and 3
 
 
@@ -37,28 +35,6 @@ def our_logits(params, ids):
     config = models.load("tiny").config
     return np.asarray(models.logits(config, params, jnp.asarray(ids),
                                     jnp.ones_like(jnp.asarray(ids))))
-
-
-def launch(module, *args):
-    completed = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
-                               capture_output=True, text=True, timeout=300, check=False)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return completed
-
-
-def test_contract_export_of_the_smoke_run_has_its_final_logits(tmp_path):
-    workdir = tmp_path / "run"
-    launch("experiments.train", "--config=experiments/configs/cpu_default.py",
-           "--config.model.name=tiny", "--config.run.generations=2",
-           "--config.es.population_size=4", "--config.eval.size=8", f"--workdir={workdir}")
-    out = tmp_path / "exported"
-    launch("experiments.export", f"--workdir={workdir}", f"--out={out}")
-    config = training.checkpoint.load_config(training.RunFiles(str(workdir)))
-    final = training.checkpoint.restore_workdir_state(training.RunFiles(str(workdir)), config,
-                                                      models.load("tiny").params)
-    ids = [[1, 5, 9, 2, 7, 3]]
-    np.testing.assert_allclose(hf_logits(str(out), ids), our_logits(final.params, ids),
-                               atol=1e-4, rtol=0)
 
 
 def test_export_loads_in_transformers_with_the_run_logits(run, tmp_path):
