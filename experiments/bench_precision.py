@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentic_esopt import es, models, sharding
+from experiments import precision
 
 _MODEL = flags.DEFINE_string("model", "tiny", "Model name or path for models.load.")
 _SIGMAS = flags.DEFINE_list("sigmas", ["4e-3", "1e-3", "2.5e-4"], "Perturbation scales σ.")
@@ -34,22 +35,6 @@ _LEARNING_RATE = flags.DEFINE_float("learning_rate", 5e-4, "α of the SGD step."
 _POPULATION = flags.DEFINE_integer("population_size", 8, "Members G of the update.")
 _DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Parameter dtypes.")
 _JSON = flags.DEFINE_bool("json", False, "Print only the JSON result.")
-
-
-def changed_fraction(before, after) -> dict[str, float]:
-    """Fraction of entries that differ, over matrix leaves and over vector leaves."""
-    counts = {"matrices": [0, 0], "vectors": [0, 0]}
-    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(before)[0],
-                            jax.tree.leaves(after), strict=True):
-        kind = "matrices" if es.noise.is_matrix(jax.tree_util.keystr(path), a.shape) \
-            else "vectors"
-        counts[kind][0] += int(np.sum(np.asarray(a) != np.asarray(b)))
-        counts[kind][1] += a.size
-    return {kind: changed / total for kind, (changed, total) in counts.items()}
-
-
-def tree_norm(tree) -> jax.Array:
-    return jnp.sqrt(sum(jnp.sum(leaf ** 2) for leaf in jax.tree.leaves(tree)))
 
 
 def measure(model, sigma: float, learning_rate: float, size: int) -> dict:
@@ -64,7 +49,7 @@ def measure(model, sigma: float, learning_rate: float, size: int) -> dict:
         population = strategy.ask(state)
         if noise == "full":
             member = strategy.perturb(state, population, 0)
-            figures["perturbed_fraction"] = changed_fraction(params, member)
+            figures["perturbed_fraction"] = precision.changed_fraction(params, member)
             member_logits = models.logits(config, member, tokens)
             rewards = np.eye(size)[0]
             as_float32 = jax.tree.map(lambda p: p.astype(jnp.float32), params)
@@ -77,8 +62,10 @@ def measure(model, sigma: float, learning_rate: float, size: int) -> dict:
                                           population, rewards)[0].params
                 error = jax.tree.map(lambda new, old, s: new.astype(jnp.float32) - old - s,
                                      new_params, as_float32, step)
-                figures["updated_fraction" + suffix] = changed_fraction(params, new_params)
-                figures["update_error" + suffix] = float(tree_norm(error) / tree_norm(step))
+                figures["updated_fraction" + suffix] = precision.changed_fraction(params,
+                                                                                  new_params)
+                figures["update_error" + suffix] = float(precision.tree_norm(error)
+                                                         / precision.tree_norm(step))
         else:
             member_logits = models.logits(config, params, tokens, population=population,
                                           members=np.zeros(tokens.shape[0], np.int32))

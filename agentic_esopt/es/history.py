@@ -12,11 +12,12 @@ without a single rollout.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import zlib
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -184,20 +185,31 @@ def replay_state(params: PyTree, path: str, strategy: strategy_lib.Strategy | No
     return replay_records(params, header, records, strategy)
 
 
-def replay_records(params: PyTree, header: dict, records: list[dict],
-                   strategy: strategy_lib.Strategy | None = None) -> strategy_lib.ESState:
-    """The ES state after applying ``records`` (read from a history) to a copy of
-    ``params`` (``tell`` consumes its state)."""
+def replay_generations(params: PyTree, header: dict, records: list[dict],
+                       strategy: strategy_lib.Strategy | None = None
+                       ) -> Iterator[strategy_lib.ESState]:
+    """The ES state after each of ``records`` (read from a history) in turn, starting from
+    a copy of ``params``. The next generation's ``tell`` consumes each state: read what you
+    need of it before advancing."""
     strategy = strategy or agentic_esopt_lib.from_spec(header["strategy"])
     state = strategy.init(np.asarray(header["run_key"], np.uint32),
                           jax.tree.map(jnp.copy, params))
+    yield state
     for record in records:
         population = strategy.ask(state)
         if not np.array_equal(np.asarray(population.keys), np.asarray(record["keys"])):
             raise ValueError(f"generation {record['generation']}: member keys differ from "
                              "the history's; wrong strategy or initial state")
         state, _ = strategy.tell(state, population, np.asarray(record["rewards"], np.float32))
-    return state
+        yield state
+
+
+def replay_records(params: PyTree, header: dict, records: list[dict],
+                   strategy: strategy_lib.Strategy | None = None) -> strategy_lib.ESState:
+    """The ES state after applying ``records`` (read from a history) to a copy of
+    ``params`` (``tell`` consumes its state)."""
+    return collections.deque(replay_generations(params, header, records, strategy),
+                             maxlen=1)[0]
 
 
 def replay(params: PyTree, path: str, strategy: strategy_lib.Strategy | None = None,
