@@ -37,3 +37,9 @@ def trim_history(messages: list[Message], keep_turns: int | None) -> list[Messag
     if keep_turns == 0:
         return head[:-1] + [turns[-1]] if turns else list(head)
     return head + turns[max(0, len(turns) - 2 * keep_turns):]
+
+
+def plain_prompt(messages: list[Message]) -> str:
+    """The messages' texts joined as they are, with no chat template (a base model's
+    prompt: system text, then the observation, then each reply and answer)."""
+    return "".join(message["content"] for message in messages)

@@ -24,7 +24,8 @@ import jax
 import numpy as np
 
 from agentic_esopt import options as options_lib
-from agentic_esopt.agents.prompts import Message, add_turn, initial_messages, trim_history
+from agentic_esopt.agents.prompts import (Message, add_turn, initial_messages, plain_prompt,
+                                          trim_history)
 from agentic_esopt.envs.base import EnvFactory
 from agentic_esopt.models.kv_cache import Conversation, ConversationCache
 from agentic_esopt.models.sampling import Sampling
@@ -241,6 +242,9 @@ class Options:
                                                         "observation; default: all).")
     reply_prefix: str = options_lib.field("", "Text that opens every reply (e.g. 'set '); "
                                               "steers small models into the action format.")
+    chat_template: bool = options_lib.field(True, "Format prompts with the tokenizer's chat "
+                                                  "template; False joins the messages' "
+                                                  "texts as they are (a plain-text prompt).")
     stop_at_newline: bool = options_lib.field(False, "End each reply at its first newline.")
     skill: str | None = options_lib.field(None, "A skill file whose text is appended to the "
                                                 "system prompt, in training and evaluation.")
@@ -300,12 +304,14 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
                       temperature: float, key: jax.Array | None, generate: Generate,
                       extra_stop: Sequence[str] = (), keep_tokens: bool = False,
                       usage: TokenUsage | None = None) -> Policy:
-    """A policy that chat-templates each conversation and calls ``generate``.
+    """A policy that chat-templates each conversation (or joins its texts, without
+    ``options.chat_template``) and calls ``generate``.
 
     Args:
       model: a loaded ``models.Model`` (config, params, tokenizer with a chat template).
       population: the generation's ``es.Population``, or None to act with θ itself.
-      options: the rollout settings (token limit, history, reply prefix, sampling).
+      options: the rollout settings (token limit, history, prompt format, reply prefix,
+        sampling).
       temperature: 0 is greedy (training and evaluation use different temperatures).
       key: sampling key (required when temperature > 0); call k uses fold_in(key, k).
         Within a call, with a population every row of the same task shares one sampling
@@ -333,9 +339,8 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
 
     def policy(conversations: list[list[Message]], members: list[int],
                task_indices: list[int]) -> list[str]:
-        prompts = [model.tokenizer.apply_chat_template(trim_history(c, options.history_turns),
-                                                       add_generation_prompt=True,
-                                                       tokenize=False) + options.reply_prefix
+        prompts = [prompt_text(model.tokenizer, trim_history(c, options.history_turns),
+                               options.chat_template) + options.reply_prefix
                    for c in conversations]
         if keep_tokens:  # Tokenised here (as generate would) to keep the ids.
             prompts = model.tokenizer(prompts, add_special_tokens=False)["input_ids"]
@@ -357,6 +362,14 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
                                                        output.logprobs)]
 
     return policy
+
+
+def prompt_text(tokenizer: Any, messages: list[Message], chat_template: bool = True) -> str:
+    """The prompt of ``messages``: chat-templated with the generation prompt, or (without
+    ``chat_template``) their texts joined as they are."""
+    if not chat_template:
+        return plain_prompt(messages)
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 def sample_streams(common: bool, members: Sequence[int], task_indices: Sequence[int]

@@ -23,10 +23,19 @@ scorers evaluate model-written text (countdown hands the answer to sympy, where
 ``9**9**9`` never finishes), so by default they run in a worker process that is killed
 and restarted when that happens. It is a guard against stalls, not a security sandbox.
 
+``prompt_style="es_at_scale"`` (countdown, one reply) plays ES at Scale's Countdown
+instead (``envs.es_at_scale``): their plain-text prompt (system text, then their puzzle
+text; the run's ``rollout.reply_prefix=es_at_scale.REPLY_PREFIX`` and
+``rollout.chat_template=False`` complete it), no stop string, and their reward
+``0.1 * format + answer`` in [0, 1.1]; ``info["solved"]`` iff the answer is right.
+
 Splits: entries are hash-partitioned by their question text between train, eval and
 test (like Sudoku's grids), so the splits never share a question whatever the seeds.
 Each split also draws from its own dataset seed: eval and test from (run seed, split),
 generation g's training tasks from (``base.generation_seed(run seed, g)``, "train").
+With ``train_pool`` N > 0 the training tasks are instead one fixed set of N drawn from
+(run seed, "train"), and generation g plays ``tasks_per_generation`` of them in an order
+drawn from ``base.generation_seed(run seed, g)`` (all N when the two are equal).
 """
 
 from __future__ import annotations
@@ -45,18 +54,19 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agentic_esopt import options as options_lib
-from agentic_esopt.envs import base
+from agentic_esopt.envs import base, es_at_scale
 from agentic_esopt.envs.base import StepResult
 
 SPLITS = ("train", "eval", "test")
 EPISODE_REWARDS = ("final", "best")
+PROMPT_STYLES = ("default", "es_at_scale")
 INSTALL_HINT = 'reasoning-gym is not installed; install it with pip install -e ".[reasoning]"'
 # Config fields the run owns: seeds come from the splits, sizes from the task counts.
 RUN_FIELDS = ("seed", "size")
@@ -400,6 +410,16 @@ def serve_scores() -> None:
 # ----------------------------------------------------------------------------- environment
 
 
+def checked_task(env: Any, task: Any, max_turns: int | None) -> ReasoningTask:
+    """``task``, once ``env.reset``'s arguments are checked (TypeError, ValueError)."""
+    if not isinstance(task, ReasoningTask):
+        raise TypeError(f"{type(env).__name__} needs a ReasoningTask, got "
+                        f"{type(task).__name__}")
+    if max_turns is not None and max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    return task
+
+
 class ReasoningGymEnv:
     """One episode on a reasoning-gym task (see the module docstring)."""
 
@@ -415,11 +435,7 @@ class ReasoningGymEnv:
 
     def reset(self, task: ReasoningTask, *, max_turns: int | None = None) -> str:
         """Starts ``task``; returns its question (and the number of attempts, if several)."""
-        if not isinstance(task, ReasoningTask):
-            raise TypeError(f"ReasoningGymEnv needs a ReasoningTask, got {type(task).__name__}")
-        if max_turns is not None and max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self._task = task
+        self._task = checked_task(self, task, max_turns)
         self._turn_limit = (self.turn_limit_default if max_turns is None
                             else min(self.turn_limit_default, max_turns))
         self._turn, self._best, self._done = 0, 0.0, False
@@ -461,6 +477,31 @@ class ReasoningGymEnv:
         return StepResult(feedback, final if self._done else 0.0, self._done, info)
 
 
+class EsAtScaleCountdownEnv:
+    """One reply to a countdown task, prompted and rewarded as ES at Scale's
+    (``envs.es_at_scale``); ``info`` has the format and answer rewards."""
+
+    def __init__(self) -> None:
+        self._task: ReasoningTask | None = None
+
+    def reset(self, task: ReasoningTask, *, max_turns: int | None = None) -> str:
+        """Starts ``task``; returns their puzzle text."""
+        self._task = checked_task(self, task, max_turns)
+        metadata = task.entry["metadata"]
+        return es_at_scale.user_text(metadata["numbers"], metadata["target"])
+
+    def step(self, action_text: str) -> StepResult:
+        """Scores the reply; the episode ends."""
+        if self._task is None:
+            raise RuntimeError("step() called on an episode that was not reset or has ended")
+        metadata, self._task = self._task.entry["metadata"], None
+        total, fmt, correct = es_at_scale.reward(action_text, metadata["numbers"],
+                                                 metadata["target"])
+        info = {"turn": 1, "answer": es_at_scale.last_answer(action_text), "score": total,
+                "format_reward": fmt, "answer_reward": correct, "solved": correct == 1.0}
+        return StepResult("Correct." if correct else "Not correct.", total, True, info)
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """reasoning-gym settings (``envs.make("reasoning_gym", **options)``)."""
@@ -476,6 +517,11 @@ class Options:
     score_timeout_s: float = options_lib.field(10.0, "Seconds one answer may take to score "
                                                      "in the worker process; 0 scores in "
                                                      "this process, unguarded.")
+    prompt_style: str = options_lib.field("default", "'default' (the dataset's question "
+                                                     "and scorer) or 'es_at_scale' (their "
+                                                     "Countdown prompt and reward).")
+    train_pool: int = options_lib.field(0, "0: fresh training tasks every generation; N: "
+                                           "every generation draws from one set of N.")
 
     def problems(self) -> list[str]:
         problems = []
@@ -486,6 +532,15 @@ class Options:
                                                       f"{self.episode_reward!r}")
         check(self.score_timeout_s >= 0,
               f"score_timeout_s must be >= 0, got {self.score_timeout_s}")
+        check(self.prompt_style in PROMPT_STYLES, f"prompt_style must be one of "
+                                                  f"{PROMPT_STYLES}, got {self.prompt_style!r}")
+        check(self.train_pool >= 0, f"train_pool must be >= 0, got {self.train_pool}")
+        if self.prompt_style == "es_at_scale":
+            check(self.dataset == "countdown", f"prompt_style='es_at_scale' is Countdown's; "
+                                               f"dataset must be 'countdown', got "
+                                               f"{self.dataset!r}")
+            check(self.max_turns == 1, f"prompt_style='es_at_scale' is one reply; max_turns "
+                                       f"must be 1, got {self.max_turns}")
         try:
             names = dataset_names()
         except ImportError as error:
@@ -504,19 +559,14 @@ def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
     kwargs, problems = _config_kwargs(options.dataset, options.dataset_options)
     if problems:
         raise ValueError("invalid reasoning_gym options:\n  " + "\n  ".join(problems))
+    train_tasks = training_tasks(options, kwargs, splits)
+    train_tasks(0)  # Fails now, before any compute, if the settings cannot make tasks.
     eval_tasks = generate_tasks(options.dataset, kwargs, splits.eval_size,
                                 split_seed(splits.seed, splits.eval_split), splits.eval_split)
-
-    @functools.lru_cache(maxsize=8)
-    def generation_tasks(generation: int) -> tuple[ReasoningTask, ...]:
-        seed = split_seed(base.generation_seed(splits.seed, generation), "train")
-        return tuple(generate_tasks(options.dataset, kwargs, splits.tasks_per_generation,
-                                    seed, "train"))
-
-    def train_tasks(generation: int) -> list[ReasoningTask]:
-        return list(generation_tasks(generation))
-
-    train_tasks(0)  # Fails now, before any compute, if the settings cannot make tasks.
+    if options.prompt_style == "es_at_scale":
+        return base.TaskSource(env_factory=EsAtScaleCountdownEnv,
+                               system_prompt=es_at_scale.SYSTEM, train_tasks=train_tasks,
+                               eval_tasks=eval_tasks)
     if options.score_timeout_s > 0:
         scorer = WorkerScorer(options.dataset, kwargs, options.score_timeout_s)
     else:
@@ -527,3 +577,26 @@ def make_source(options: Options, splits: base.Splits) -> base.TaskSource:
                                       episode_reward=options.episode_reward),
         system_prompt=prompt, train_tasks=train_tasks, eval_tasks=eval_tasks, stop=STOP,
         on_close=scorer.close)
+
+
+def training_tasks(options: Options, kwargs: Mapping[str, Any], splits: base.Splits
+                   ) -> Callable[[int], list[ReasoningTask]]:
+    """generation -> its training tasks: fresh ones, or drawn from the fixed
+    ``train_pool`` (see the module docstring)."""
+    count = splits.tasks_per_generation
+    if options.train_pool and options.train_pool < count:
+        raise ValueError(f"train_pool ({options.train_pool}) must hold at least "
+                         f"tasks_per_generation ({count}) tasks")
+    pool = (tuple(generate_tasks(options.dataset, kwargs, options.train_pool,
+                                 split_seed(splits.seed, "train"), "train"))
+            if options.train_pool else ())
+
+    @functools.lru_cache(maxsize=8)
+    def generation_tasks(generation: int) -> tuple[ReasoningTask, ...]:
+        seed = split_seed(base.generation_seed(splits.seed, generation), "train")
+        if pool:
+            order = np.random.default_rng(seed).permutation(len(pool))[:count]
+            return tuple(pool[i] for i in order)
+        return tuple(generate_tasks(options.dataset, kwargs, count, seed, "train"))
+
+    return lambda generation: list(generation_tasks(generation))

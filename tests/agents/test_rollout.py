@@ -203,6 +203,24 @@ def test_model_policy_templates_trims_and_routes_members():
                                   generate=fake_generate)
 
 
+def test_model_policy_without_chat_template_joins_the_texts_then_the_reply_prefix():
+    prompts_seen = []
+
+    def fake_generate(model, prompts_, **kwargs):
+        prompts_seen.extend(prompts_)
+        return type("Out", (), {"texts": ["4 </think>"] * len(prompts_)})()
+
+    plain = rollout.Options(chat_template=False, reply_prefix="Think.\n<think>")
+    policy = rollout.make_model_policy(FakeModel(), None, plain, temperature=0.0, key=None,
+                                       generate=fake_generate)
+    opening = prompts.initial_messages("System.", "Question?")
+    assert policy([opening], [0], [0]) == ["Think.\n<think>4 </think>"]
+    later = prompts.add_turn(opening, "Think.\n<think>4 </think>", "Again?")
+    policy([later], [0], [0])
+    assert prompts_seen == ["System.Question?Think.\n<think>",
+                            "System.Question?Think.\n<think>4 </think>Again?Think.\n<think>"]
+
+
 def test_skill_is_appended_to_the_system_prompt_without_its_provenance(tmp_path):
     skill = tmp_path / "skill.md"
     skill.write_text("- Check the row first.\n\n<!-- provenance\nL1: task 3\n-->\n")
