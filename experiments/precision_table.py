@@ -17,7 +17,7 @@ to measure, per variant:
   float32 run's rewards: what rounding alone does to the float32 run's updates;
 * the held-out mean reward and success rate before and after, from ``summary.json``.
 
-Writes ``table.json`` and ``table.md`` into the folder and prints the JSON. (No flags:
+Writes ``precision_table.json`` and ``precision_table.md`` (beside the sweep's own table) into the folder and prints the JSON. (No flags:
 tests import this module beside the benchmarks, whose absl flags are global.)
 """
 
@@ -125,9 +125,9 @@ def main(argv):
     if len(argv) != 2:
         raise app.UsageError("usage: python -m experiments.precision_table FOLDER")
     rows = table(argv[1])
-    with open(os.path.join(argv[1], "table.json"), "w") as f:
+    with open(os.path.join(argv[1], "precision_table.json"), "w") as f:
         json.dump({"rows": rows}, f, indent=1)
-    with open(os.path.join(argv[1], "table.md"), "w") as f:
+    with open(os.path.join(argv[1], "precision_table.md"), "w") as f:
         f.write(markdown(rows))
     print(json.dumps({"rows": rows}))
 
