@@ -83,11 +83,13 @@ def make_run(shared: training.TrainConfig, horizon: int, method: str, seed: int,
 
 def grid_runs(shared: training.TrainConfig, horizons: list[int],
               seeds: list[int]) -> list[grid.Run]:
-    """Every run whose budget is fixed in advance, all checked before any compute."""
+    """Every run whose budget is fixed in advance, all checked before any compute; the
+    cheap ES runs first, so a grid cut short still has whole ES cells."""
     runs, problems = [], []
-    for horizon in horizons:
-        methods = METHODS[:3] if horizon == _SIGMA_HORIZON.value else METHODS[:2]
-        for method in methods:
+    for method in ("es", "es_constant", "grpo"):
+        for horizon in horizons:
+            if method == "es_constant" and horizon != _SIGMA_HORIZON.value:
+                continue
             for seed in seeds:
                 try:
                     runs.append(make_run(shared, horizon, method, seed))
@@ -207,19 +209,24 @@ def main(argv):
                              f"--horizons={horizons}")
     results = _RESULTS.value or _WORKDIR.value
     runs = grid_runs(shared, horizons, seeds)
-    outcomes = grid.run_all(runs, _WORKDIR.value, results)
+    run_missing = not grid.TABLE_ONLY.value
+    outcomes = grid.run_all(runs, _WORKDIR.value, results, run_missing=run_missing)
     if _COMPUTE_MATCHED.value:
         matched = compute_matched_runs(shared, horizons, seeds, results)
-        outcomes.update(grid.run_all(matched, _WORKDIR.value, results))
+        outcomes.update(grid.run_all(matched, _WORKDIR.value, results,
+                                     run_missing=run_missing))
         runs += matched
     rows = tabulate(runs, outcomes, results)
     table = table_markdown(rows)
-    failures = {name: outcome for name, outcome in outcomes.items() if outcome != "ok"}
+    failures = {name: outcome for name, outcome in outcomes.items()
+                if outcome not in ("ok", grid.NOT_RUN)}
+    not_run = sum(outcome == grid.NOT_RUN for outcome in outcomes.values())
     grid.write_table(results, rows, table, runs=len(runs), failures=failures)
     if rows:
         grid.plot_cells(rows, [f"{r['horizon']} {r['method']}" for r in rows],
                         os.path.join(results, "success.png"), "ES vs GRPO")
-    print(table + f"\n{len(runs)} runs, {len(failures)} failed", flush=True)
+    print(table + f"\n{len(runs)} runs, {len(failures)} failed, {not_run} not run",
+          flush=True)
 
 
 if __name__ == "__main__":

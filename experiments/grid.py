@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 import matplotlib
 import numpy as np
-from absl import logging
+from absl import flags, logging
 
 from agentic_esopt import models, training
 from agentic_esopt.agents import sources
@@ -42,6 +42,10 @@ from matplotlib import pyplot  # pylint: disable=wrong-import-position
 
 RESULT_FILES = ("config.json", "summary.json", "metrics.jsonl", "history.jsonl")
 FAILURE_FILE = "failure.txt"
+NOT_RUN = "not run"  # The outcome of an unfinished run under --table_only.
+
+TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Tabulate the finished runs' result "
+                               "files and run nothing (e.g. a grid's committed results).")
 
 
 class Run(NamedTuple):
@@ -74,15 +78,17 @@ def copy_results(source: str, target: str) -> None:
 
 
 def run_all(runs: Sequence[Run], workdir: str, results: str,
-            train: Callable[..., Any] = training.train) -> dict[str, str]:
-    """Runs every run not finished yet; returns each run's result folder or failure.
+            train: Callable[..., Any] = training.train,
+            run_missing: bool = True) -> dict[str, str]:
+    """Runs every run not finished yet (none when not ``run_missing``); returns each run's
+    outcome.
 
     Runs share one loaded model per distinct ``model`` section. A run that raises is
     recorded in ``<results>/<run>/failure.txt`` (its traceback) and the others go on;
     rerunning the grid retries it.
 
     Returns:
-      run name -> "ok" or the failure's one-line description.
+      run name -> "ok", ``NOT_RUN`` or the failure's one-line description.
     """
     outcomes, loaded = {}, {}
     with contextlib.redirect_stdout(sys.stderr):
@@ -90,6 +96,9 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
             result_dir = os.path.join(results, run.name)
             if is_finished(result_dir):
                 outcomes[run.name] = "ok"
+                continue
+            if not run_missing:
+                outcomes[run.name] = NOT_RUN
                 continue
             run_dir = os.path.join(workdir, run.name)
             logging.info("run %d/%d: %s", index + 1, len(runs), run_dir)

@@ -55,8 +55,8 @@ def table_markdown(rows: list[dict]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
-            lines.append(f"| {r['cell']} | 0 | failed: {'; '.join(r['failures'])} "
-                         "| | | | | | |")
+            status = f"failed: {'; '.join(r['failures'])}" if r["failures"] else "not run"
+            lines.append(f"| {r['cell']} | 0 | {status} | | | | | | |")
             continue
         lines.append(f"| {r['cell']} | {r['seeds']} | {grid.mean_se(r, 'success_before')} | "
                      f"{grid.mean_se(r, 'success_after')} | "
@@ -76,7 +76,7 @@ def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, 
         mine = [run for run in runs if run.cell == cell]
         done = [os.path.join(results, r.name) for r in mine if outcomes[r.name] == "ok"]
         failures = [f"seed {r.seed}: {outcomes[r.name]}" for r in mine
-                    if outcomes[r.name] != "ok"]
+                    if outcomes[r.name] not in ("ok", grid.NOT_RUN)]
         row = grid.cell_row(done) if done else dict(seeds=0, seed_finals=[])
         rows.append(dict(point=point, cell=cell, failures=failures, **row))
     return rows
@@ -96,7 +96,8 @@ def main(argv):
         raise app.UsageError(str(error)) from error
     grid_points, runs = grid_runs(shared, axes, seeds)
     results = _RESULTS.value or _WORKDIR.value
-    outcomes = grid.run_all(runs, _WORKDIR.value, results)
+    outcomes = grid.run_all(runs, _WORKDIR.value, results,
+                            run_missing=not grid.TABLE_ONLY.value)
     rows = tabulate(grid_points, runs, outcomes, results)
     table = table_markdown(rows)
     grid.write_table(results, rows, table, grid=_GRID.value, seeds=seeds)

@@ -54,6 +54,9 @@ def test_a_grid_reuses_finished_runs_records_failures_and_retries_them(tmp_path,
     assert sorted(os.listdir(tmp_path / "results/point/seed0")) == [
         "config.json", "metrics.jsonl", "summary.json"]
     train, calls = fake_train({0: (0.0, 0.5), 1: (0.0, 1.0), 2: (0.5, 0.5)})
+    assert grid.run_all(runs, workdir, results, train, run_missing=False) == {
+        "point/seed0": "ok", "point/seed1": grid.NOT_RUN, "point/seed2": "ok"}
+    assert not calls  # --table_only: nothing runs
     assert set(grid.run_all(runs, workdir, results, train).values()) == {"ok"}
     assert calls == [os.path.join(workdir, "point", "seed1")]  # only the failed one again
     assert not (tmp_path / "results/point/seed1/failure.txt").exists()
