@@ -12,9 +12,9 @@ Methods:
   learning rate ``--grpo_learning_rate``, so both see the same episodes per generation
   (G × tasks_per_generation) for the same number of generations;
 * ``es_constant``: ES with σ fixed at ``es.sigma_start`` (only at ``--sigma_horizon``);
-* ``es_compute`` (with ``--compute_matched``): ES given GRPO's measured wall time: as
-  many generations as GRPO's mean run time at that horizon buys at ES's measured time
-  per generation (configured once both have finished).
+* ``es_compute`` (with ``--compute_matched``): ES given GRPO's measured training time: as
+  many generations as GRPO's steps take at that horizon, at ES's time per generation
+  (medians per step over the seeds' runs; configured once both have finished).
 
 Per (horizon, method) the table gives, over seeds, the held-out success before and
 after, each seed's final, the mean change ± its s.e. across seeds, wall time and
@@ -28,7 +28,6 @@ with a plot ``success.png`` in ``--results`` (default: the workdir), and printed
       --workdir=workdirs/es_vs_grpo --results=experiments/results/es_vs_grpo
 """
 
-import math
 import os
 
 import numpy as np
@@ -101,8 +100,9 @@ def grid_runs(shared: training.TrainConfig, horizons: list[int],
 
 
 def compute_matched_runs(shared, horizons, seeds, results: str) -> list[grid.Run]:
-    """ES runs with as many generations as GRPO's mean wall time per run buys at ES's
-    mean time per generation, per horizon (from the finished es and grpo runs)."""
+    """ES runs with as many generations as GRPO's training time per run buys at ES's time
+    per generation (medians per generation, from the finished es and grpo runs), per
+    horizon; evaluations cost both methods the same and are left out."""
     runs = []
     for horizon in horizons:
         grpo_dirs, es_dirs = (
@@ -110,11 +110,8 @@ def compute_matched_runs(shared, horizons, seeds, results: str) -> list[grid.Run
              for seed in seeds] for method in ("grpo", "es"))
         if not all(grid.is_finished(d) for d in grpo_dirs + es_dirs):
             continue
-        grpo_time = np.mean([grid.run_values(d)["wall_time_s"] for d in grpo_dirs])
-        es_generation_time = np.mean([r["wall_time_s"] for d in es_dirs
-                                      for r in grid.train_records(d)])
-        generations = max(shared.run.generations,
-                          math.floor(grpo_time / es_generation_time))
+        generations = max(shared.run.generations, grid.compute_matched_generations(
+            grpo_dirs, es_dirs, shared.run.generations))
         runs += [make_run(shared, horizon, "es_compute", seed,
                           run={"generations": generations,
                                "eval_every": generations}) for seed in seeds]

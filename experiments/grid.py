@@ -22,6 +22,7 @@ import ast
 import contextlib
 import itertools
 import json
+import math
 import os
 import shutil
 import sys
@@ -174,6 +175,20 @@ def mean_se(row: dict, name: str, digits: int = 3) -> str:
 
 def seeds_text(row: dict, name: str) -> str:
     return ", ".join(f"{v:.3f}" for v in row[f"{name}_seeds"])
+
+
+def median_step_time(directories: Sequence[str]) -> float:
+    """The median wall time of one training generation (or step) over the runs' records:
+    robust to the spells when other jobs shared the machine."""
+    return float(np.median([r["wall_time_s"] for d in directories
+                            for r in train_records(d)]))
+
+
+def compute_matched_generations(directories: Sequence[str], other: Sequence[str],
+                                steps: int) -> int:
+    """How many generations at ``other``'s time per generation ``steps`` of
+    ``directories``' runs take (medians per step; evaluations are left out)."""
+    return math.floor(steps * median_step_time(directories) / median_step_time(other))
 
 
 def write_table(workdir: str, rows: list[dict], markdown: str, **extra: Any) -> None:

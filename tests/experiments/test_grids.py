@@ -138,3 +138,18 @@ def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_p
     low, high = rows[0]["minus_grpo_ci95"]
     assert -1 <= low <= high <= 1 and "minus_grpo_ci95" not in rows[1]
     assert 0 <= rows[0]["zero_spread_share"] <= 1
+
+
+def test_compute_matching_buys_the_generations_the_median_step_times_give(tmp_path):
+    directories = {}
+    for method, step_times in (("grpo", [10.0, 10.0, 500.0]), ("es", [2.0, 2.5, 60.0])):
+        for seed in (0, 1):
+            directory = tmp_path / method / f"seed{seed}"
+            directory.mkdir(parents=True)
+            (directory / "metrics.jsonl").write_text("".join(
+                json.dumps(dict(kind="train", generation=g, wall_time_s=t)) + "\n"
+                for g, t in enumerate(step_times)))
+            directories.setdefault(method, []).append(str(directory))
+    # 3 GRPO steps of (median) 10 s buy 12 ES generations of (median) 2.5 s; the slow
+    # spells (500 s, 60 s) do not count.
+    assert grid.compute_matched_generations(directories["grpo"], directories["es"], 3) == 12
