@@ -22,8 +22,8 @@ STEPS = 5
 def decode(model, layout, deltas, tokens, mask, mode, key):
     """The prefilled state and the state after ``STEPS`` decoded tokens."""
     config = dataclasses.replace(model.config, cache_layout=layout)
-    state = sampling._prefill(config, model.params, deltas, tokens, mask,  # pylint: disable=protected-access
-                              new_tokens=16)
+    state = sampling._prefill(  # pylint: disable=protected-access
+        config, model.params, deltas, tokens, mask, new_tokens=16)
     prefilled = jax.tree.map(np.asarray, state)
     state = sampling._decode(  # pylint: disable=protected-access
         config, mode, model.params, deltas, state,
