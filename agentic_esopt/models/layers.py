@@ -289,8 +289,8 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 def fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """Grouped-query attention (B, T, H * hd) of queries (B, T, H, hd) over one block of
     keys (B, K, hd, S) and values (B, K, S, hd) (the ``KVCache`` layout) with a
-    (B, T, S) mask, through ``jax.nn.dot_product_attention`` (its XLA implementation,
-    which the backend may fuse; the transposes to its (B, S, K, hd) layout fold into its
+    (B, T, S) mask, through ``jax.nn.dot_product_attention`` (its default implementation,
+    XLA's; the transposes to its (B, S, K, hd) layout are left for XLA to fold into the
     products)."""
     B, T, H, hd = q.shape
     out = jax.nn.dot_product_attention(q.astype(v.dtype), jnp.moveaxis(k, -1, 1),
