@@ -2,8 +2,10 @@ r"""One prepared accelerator check: generation, memory and rollout benchmarks in
 
   python -m experiments.accelerator_check > accelerator.json     # on a GPU / TPU machine
 
-Runs ``bench_generate``, ``bench_memory`` and ``bench_rollout`` (each in its own process,
-with its own time limit) at sizes chosen to finish within about 8 minutes on one
+Runs ``bench_generate`` in both KV cache layouts (``bench_generate``: stacked, the
+accelerators' default, with the Qwen3.5 row; ``bench_generate_per_layer``: the CPU
+default's per-layer buffers), ``bench_memory`` and ``bench_rollout`` (each in its own
+process, with its own time limit) at sizes chosen to finish within about 8 minutes on one
 accelerator, and prints ONE JSON object: where it ran (JAX backend and devices), each
 benchmark's own JSON result, the seconds each took, and the error of any that failed
 (the others still run). ``--sizes=smoke`` runs the same on the tiny random model in about
@@ -18,26 +20,33 @@ import time
 from absl import app, flags
 import jax
 
+GENERATE = ["--batch_sizes=1,8,64", "--prompt_len=128", "--new_tokens=64",
+            "--population_size=32", "--rows_per_member=2", "--repeats=2", "--torch=false"]
+# The population's rows (4 members x 1 row) and the sequential member's row reuse the
+# batches' compiled shapes.
+GENERATE_SMOKE = ["--model=tiny", "--batch_sizes=1,4", "--prompt_len=16", "--new_tokens=8",
+                  "--population_size=4", "--rows_per_member=1", "--sequential_members=1",
+                  "--repeats=1", "--torch=false", "--qwen3_5=false"]
 SIZES = {
-    # name -> (arguments, time limit in seconds); the limits add up to 8 minutes.
+    # report name -> (benchmark, arguments, time limit in seconds); the limits add up to
+    # 8 minutes.
     "accelerator": {
-        "bench_generate": (["--batch_sizes=1,8,64", "--prompt_len=128", "--new_tokens=64",
-                            "--population_size=32", "--rows_per_member=2", "--repeats=2",
-                            "--torch=false"], 200),
-        "bench_memory": (["--models=smollm2-135m", "--rows=8"], 120),
-        "bench_rollout": (["--rows=64", "--turns=10", "--reprefill_turns=1,10"], 160),
+        "bench_generate": ("bench_generate", [*GENERATE, "--cache_layout=stacked"], 160),
+        "bench_generate_per_layer": ("bench_generate", [*GENERATE, "--cache_layout=per_layer",
+                                                        "--qwen3_5=false"], 110),
+        "bench_memory": ("bench_memory", ["--models=smollm2-135m", "--rows=8"], 90),
+        "bench_rollout": ("bench_rollout", ["--rows=64", "--turns=10",
+                                            "--reprefill_turns=1,10"], 120),
     },
     "smoke": {
-        # The population's rows (4 members x 1 row) and the sequential member's row
-        # reuse the batches' compiled shapes.
-        "bench_generate": (["--model=tiny", "--batch_sizes=1,4", "--prompt_len=16",
-                            "--new_tokens=8", "--population_size=4", "--rows_per_member=1",
-                            "--sequential_members=1", "--repeats=1", "--torch=false",
-                            "--qwen3_5=false"], 300),
-        "bench_memory": (["--models=tiny", "--rows=2", "--prompt_len=16", "--new_tokens=4"],
-                         300),
-        "bench_rollout": (["--model=tiny", "--rows=3", "--turns=2", "--obs_tokens=6",
-                           "--reply_tokens=3", "--reprefill_turns=1,2"], 300),
+        "bench_generate": ("bench_generate", [*GENERATE_SMOKE, "--cache_layout=stacked"], 300),
+        "bench_generate_per_layer": ("bench_generate",
+                                     [*GENERATE_SMOKE, "--cache_layout=per_layer"], 300),
+        "bench_memory": ("bench_memory", ["--models=tiny", "--rows=2", "--prompt_len=16",
+                                          "--new_tokens=4"], 300),
+        "bench_rollout": ("bench_rollout", ["--model=tiny", "--rows=3", "--turns=2",
+                                            "--obs_tokens=6", "--reply_tokens=3",
+                                            "--reprefill_turns=1,2"], 300),
     },
 }
 
@@ -66,8 +75,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     report = dict(backend=jax.default_backend(),
                   devices=[str(device) for device in jax.devices()], sizes=_SIZES.value)
-    for name, (arguments, limit_s) in SIZES[_SIZES.value].items():
-        report[name] = run_benchmark(name, arguments, limit_s)
+    for name, (benchmark, arguments, limit_s) in SIZES[_SIZES.value].items():
+        report[name] = run_benchmark(benchmark, arguments, limit_s)
     print(json.dumps(report), flush=True)
 
 

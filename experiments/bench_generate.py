@@ -1,6 +1,6 @@
 """Benchmark of batched KV-cache generation, plain and population-batched.
 
-    python -m experiments.bench_generate --json [--model=tiny]
+    python -m experiments.bench_generate --json [--model=tiny] [--cache_layout=stacked]
 
 Prints one JSON object with, per batch size: prefill and decode tokens/s (greedy, no early
 stop; compilation excluded and reported separately; best of --repeats runs, as the machine
@@ -16,7 +16,9 @@ sequential full-rank members (perturb, then generate each member's rows). Last, 
 row (``qwen3_5``): a random hybrid model of a small Qwen3.5 shape (``QWEN3_5_SHAPE``), built
 with transformers and loaded from a temporary folder, timed at --qwen3_5_batch rows against
 transformers' torch fallback kernels (chunked gated delta rule, causal conv) on the same
-weights. The object also says where it ran (backend, devices, processes, mesh, rules);
+weights. The object also says where it ran (backend, devices, processes, mesh, rules) and
+the dense model's KV cache layout (``--cache_layout``: per_layer, stacked, or auto:
+per_layer on CPU, stacked on GPU/TPU; the Qwen3.5 row always stacks);
 ``--mesh=data:4,model:2`` loads the parameters sharded by ``--rules`` (generation then
 follows their shardings through jit).
 """
@@ -32,10 +34,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentic_esopt import es, models, sharding
-from agentic_esopt.models import decoder, loading, sampling
+from agentic_esopt.models import config as config_lib
+from agentic_esopt.models import decoder, layers, loading, sampling
 
 _MODEL = flags.DEFINE_string("model", "smollm2-135m", "Model name or path for models.load.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", list(loading.DTYPES), "Parameter dtype.")
+_CACHE_LAYOUT = flags.DEFINE_enum("cache_layout", "auto", list(config_lib.CACHE_LAYOUTS),
+                                  "KV cache layout of the dense model.")
 _BATCH_SIZES = flags.DEFINE_list("batch_sizes", ["1", "8", "32", "64"], "Batch sizes.")
 _PROMPT_LEN = flags.DEFINE_integer("prompt_len", 128, "Prompt tokens per row.")
 _NEW_TOKENS = flags.DEFINE_integer("new_tokens", 64, "Generated tokens per row.")
@@ -336,7 +341,8 @@ def qwen3_5_benchmark(prompt_len: int, new_tokens: int, batch: int, dtype: str) 
 def main(argv):
     del argv
     layout = sharding.layout(sharding.MeshOptions(_MESH.value, _RULES.value))
-    model = models.load(_MODEL.value, _DTYPE.value, layout and layout.shardings)
+    model = models.load(_MODEL.value, _DTYPE.value, layout and layout.shardings,
+                        cache_layout=_CACHE_LAYOUT.value)
     config = model.config
     prompt_len, new_tokens = _PROMPT_LEN.value, _NEW_TOKENS.value
     if _TORCH.value:
@@ -348,6 +354,7 @@ def main(argv):
     read_gbps = memory_read_gbps()
     itemsize = jnp.dtype(loading.DTYPES[_DTYPE.value]).itemsize
     result = dict(model=_MODEL.value, dtype=_DTYPE.value, **sharding.describe(layout),
+                  cache_layout="stacked" if layers.stacks_cache(config) else "per_layer",
                   prompt_len=prompt_len, new_tokens=new_tokens,
                   matmul_params=matmul_params(config), matmul_gflops=peak,
                   memory_read_gbps=read_gbps, batches={})

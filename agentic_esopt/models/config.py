@@ -14,6 +14,7 @@ from typing import Any
 
 LAYER_TYPES = ("full_attention", "linear_attention")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+CACHE_LAYOUTS = ("auto", "per_layer", "stacked")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,10 @@ class ModelConfig:
         layer_types: per layer, "full_attention" or "linear_attention" (empty: all full).
         linear_attention: Gated DeltaNet sizes (models with linear-attention layers).
         attn_output_gate: q_proj also emits a per-head gate; attention output × σ(gate).
+        cache_layout: how generation lays out a dense model's KV cache: "per_layer" (a
+            buffer per layer), "stacked" (one (L, B, ...) buffer) or "auto" (per_layer on
+            CPU, stacked on GPU/TPU; ``layers.KVCache``). A run setting, not part of the
+            checkpoint; hybrid models always stack theirs.
     """
 
     model_type: str
@@ -124,8 +129,10 @@ class ModelConfig:
     layer_types: tuple[str, ...] = ()
     linear_attention: LinearAttentionConfig | None = None
     attn_output_gate: bool = False
+    cache_layout: str = "auto"
 
     def __post_init__(self):
+        check_cache_layout(self.cache_layout)
         if self.layer_types and (len(self.layer_types) != self.num_layers
                                  or not set(self.layer_types) <= set(LAYER_TYPES)):
             raise ValueError(f"layer_types must be {self.num_layers} entries of {LAYER_TYPES}, "
@@ -156,6 +163,14 @@ class ModelConfig:
         """
         kind = {"attn": "full_attention", "linear_attn": "linear_attention"}.get(block)
         return tuple(i for i, k in enumerate(self.kinds) if kind in (None, k))
+
+
+def check_cache_layout(cache_layout: str) -> None:
+    """Raises ValueError naming the option unless ``cache_layout`` is one of
+    ``CACHE_LAYOUTS``."""
+    if cache_layout not in CACHE_LAYOUTS:
+        raise ValueError(f"cache_layout must be one of {CACHE_LAYOUTS}, got "
+                         f"{cache_layout!r}.")
 
 
 def read_hf_config(path: str | os.PathLike) -> dict[str, Any]:

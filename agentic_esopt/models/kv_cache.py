@@ -34,7 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentic_esopt.models import architectures, decoder
 from agentic_esopt.models.config import ModelConfig
-from agentic_esopt.models.layers import KVCache, slot_axes
+from agentic_esopt.models.layers import KVCache, rows_axis, slot_axes
 from agentic_esopt.sharding import DATA, MODEL
 
 EMPTY = -1
@@ -288,25 +288,27 @@ def constrain_cache(cache: Any, mesh: Mesh | None, rows_axis: int) -> Any:
 
 @functools.partial(jax.jit, static_argnames=("config", "batch", "length", "dtype", "mesh"))
 def _empty(config: ModelConfig, batch: int, length: int, dtype: Any, mesh: Mesh | None) -> Any:
-    return constrain_cache(decoder.empty_cache(config, batch, length, dtype), mesh,
-                           architectures.get(config).cache_rows_axis)
+    cache = decoder.empty_cache(config, batch, length, dtype)
+    return constrain_cache(cache, mesh, architectures.get(config).cache_rows_axis(cache))
 
 
 def _move_rows(old: KVCache | None, new: KVCache, sources: jax.Array,
                columns: jax.Array) -> KVCache:
     """``new`` with each row r set to row ``sources[r]`` of ``old`` (None: of ``new`` as it
-    stands when row r is written), its slots reordered to ``columns[r]``.
+    stands when row r is written), its slots reordered to ``columns[r]`` (either layout).
 
     One row at a time, written in place: taking all rows and then all their slots as two
     whole-cache gathers ran ~5x slower on XLA:CPU (7.5 vs 1.6 s for 64 rows of 2,048
     SmolLM2 slots) and held an extra copy of the cache.
     """
 
+    axis = rows_axis(new)
+
     def write_row(row, out):
-        def move(out_x, held_x, slot_axis):  # Buffers (B, ...), slots on slot_axis.
-            held = jax.lax.dynamic_index_in_dim(held_x, sources[row], axis=0)
+        def move(out_x, held_x, slot_axis):  # Rows on axis, slots on slot_axis.
+            held = jax.lax.dynamic_index_in_dim(held_x, sources[row], axis=axis)
             return jax.lax.dynamic_update_index_in_dim(
-                out_x, jnp.take(held, columns[row], axis=slot_axis), row, axis=0)
+                out_x, jnp.take(held, columns[row], axis=slot_axis), row, axis=axis)
 
         return jax.tree.map(move, out, out if old is None else old, slot_axes(out))
 
@@ -321,11 +323,11 @@ def _gather(kv: KVCache, sources: jax.Array, columns: jax.Array,
 
     def fresh(x, slot_axis):
         shape = list(x.shape)
-        shape[0], shape[slot_axis] = columns.shape
+        shape[rows_axis(kv)], shape[slot_axis] = columns.shape
         return jnp.zeros(shape, x.dtype)
 
     new = jax.tree.map(fresh, kv, slot_axes(kv))
-    return constrain_cache(_move_rows(kv, new, sources, columns), mesh, rows_axis=0)
+    return constrain_cache(_move_rows(kv, new, sources, columns), mesh, rows_axis(kv))
 
 
 @functools.partial(jax.jit, static_argnames=("mesh",), donate_argnames=("kv",))
@@ -334,4 +336,4 @@ def _compact(kv: KVCache, columns: jax.Array, mesh: Mesh | None) -> KVCache:
     rows and the cache's shape allocates nothing (a fresh 6 GB cache took seconds just to
     be zeroed, page by page, at the end of a 64-row, 30-turn rollout)."""
     rows = jnp.arange(columns.shape[0])
-    return constrain_cache(_move_rows(None, kv, rows, columns), mesh, rows_axis=0)
+    return constrain_cache(_move_rows(None, kv, rows, columns), mesh, rows_axis(kv))

@@ -31,15 +31,20 @@ _MASKED = float(np.finfo(np.float32).min)
 
 
 class KVCache(NamedTuple):
-    """Key/value cache in the params dtype, one buffer per layer: keys[l]
-    (B, num_kv_heads, head_dim, S), values[l] (B, num_kv_heads, S, head_dim) (the hybrid
-    models' cache stacks its attention layers instead: (L, B, ...), see
-    ``architectures.qwen3_5``).
+    """Key/value cache in the params dtype, in one of two layouts
+    (``ModelConfig.cache_layout``):
+
+    * per layer (tuples): keys[l] (B, num_kv_heads, head_dim, S), values[l]
+      (B, num_kv_heads, S, head_dim). The layer scan reads buffer l in place through a
+      switch over the layers (``LayerOf``); the default on CPU.
+    * stacked (arrays): keys (L, B, num_kv_heads, head_dim, S), values
+      (L, B, num_kv_heads, S, head_dim), carried through the layer scan and written in
+      place (``stacked_attention``); no conditional inside the scan, the default on
+      GPU/TPU. The hybrid models' cache is always stacked (``architectures.qwen3_5``).
 
     Heads come before slots and keys keep their slots last, so both attention products
     are plain matmuls over the cache as it lies (contracting the keys' head_dim as their
-    minor axis ran ~10x slower on XLA:CPU at 2k slots). A buffer per layer lets the layer
-    scan read each in place (``LayerOf``).
+    minor axis ran ~10x slower on XLA:CPU at 2k slots).
     """
 
     k: tuple[jax.Array, ...] | jax.Array
@@ -49,8 +54,29 @@ class KVCache(NamedTuple):
 KEY_SLOTS, VALUE_SLOTS = -1, -2  # The slot axis of a KVCache's keys and values.
 
 
+def stacks_cache(config: ModelConfig) -> bool:
+    """Whether a dense model's cache is stacked: ``config.cache_layout``, "auto" meaning
+    per-layer buffers on CPU (XLA:CPU copies a scan's dynamic slice of a stacked cache,
+    see ``LayerOf``) and a stacked one on GPU/TPU (no conditional inside the scan)."""
+    if config.cache_layout == "auto":
+        return jax.default_backend() != "cpu"
+    return config.cache_layout == "stacked"
+
+
+def is_stacked(cache: KVCache) -> bool:
+    """Whether ``cache`` is in the stacked layout (arrays, not per-layer tuples)."""
+    return not isinstance(cache.k, tuple)
+
+
+def rows_axis(cache: KVCache) -> int:
+    """The batch-row axis of a cache's buffers: 1 when stacked (L, B, ...), else 0."""
+    return int(is_stacked(cache))
+
+
 def slot_axes(cache: KVCache) -> KVCache:
     """The slot axis of each of a cache's buffers (a tree like ``cache``)."""
+    if is_stacked(cache):
+        return KVCache(KEY_SLOTS, VALUE_SLOTS)
     return KVCache((KEY_SLOTS,) * len(cache.k), (VALUE_SLOTS,) * len(cache.v))
 
 
@@ -260,6 +286,32 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     return attention(q, [(cache.k[index], cache.v[index], mask)]), cache
 
 
+def fused_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Grouped-query attention (B, T, H * hd) of queries (B, T, H, hd) over one block of
+    keys (B, K, hd, S) and values (B, K, S, hd) (the ``KVCache`` layout) with a
+    (B, T, S) mask, through ``jax.nn.dot_product_attention`` (its default implementation,
+    XLA's; the transposes to its (B, S, K, hd) layout are left for XLA to fold into the
+    products)."""
+    B, T, H, hd = q.shape
+    out = jax.nn.dot_product_attention(q.astype(v.dtype), jnp.moveaxis(k, -1, 1),
+                                       jnp.swapaxes(v, 1, 2), mask=mask[:, None])
+    return out.reshape(B, T, H * hd)
+
+
+def stacked_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                      token_mask: jax.Array, cache: KVCache, index: jax.Array,
+                      write_index: jax.Array) -> tuple[jax.Array, KVCache]:
+    """Writes new keys/values (B, T, K, hd) in place into layer ``index`` of a stacked
+    cache (L, B, ...) from slot ``write_index`` where ``token_mask`` (B, T) marks them
+    real, then attends (``fused_attention``) over the layer's slots with ``mask``
+    (B, T, S); returns the attended (B, T, H * hd) and the cache (the dense models'
+    stacked layout: the cache rides in the layer scan's carry)."""
+    cache = jax.tree.map(
+        lambda full, new, axis: write_slots(full, new, token_mask, write_index, axis, index),
+        cache, cache_layout(k, v), slot_axes(cache))
+    return fused_attention(q, cache.k[index], cache.v[index], mask), cache
+
+
 def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
     """SwiGLU MLP: down(silu(gate(x)) * up(x))."""
     gate = jax.nn.silu(project(x, params["gate_proj"], deltas["gate_proj"]))
@@ -268,16 +320,22 @@ def mlp(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
 
 
 def write_slots(full: jax.Array, new: jax.Array, token_mask: jax.Array,
-                write_index: jax.Array, slot_axis: int) -> jax.Array:
-    """A layer's new keys or values (laid out like its cache buffer, T slots) written in
-    place into the buffer (S slots on ``slot_axis``) from slot ``write_index`` where
+                write_index: jax.Array, slot_axis: int, layer: jax.Array | None = None
+                ) -> jax.Array:
+    """A layer's new keys or values (laid out like its cache buffer (B, ...), T slots)
+    written in place into the buffer (S slots on ``slot_axis``), or with ``layer`` into
+    that layer of a stacked buffer (L, B, ...), from slot ``write_index`` where
     ``token_mask`` (B, T) marks them real (a padded slot keeps what it held: a row's
     cached prefix may sit there)."""
     slot_axis %= full.ndim
-    real = jnp.expand_dims(token_mask, [a for a in range(full.ndim) if a not in (0, slot_axis)])
-    held = jax.lax.dynamic_slice_in_dim(full, write_index, new.shape[slot_axis], slot_axis)
-    return jax.lax.dynamic_update_slice_in_dim(
-        full, jnp.where(real, new.astype(full.dtype), held), write_index, slot_axis)
+    rows = 0 if layer is None else 1
+    new = new if layer is None else new[None]
+    real = jnp.expand_dims(token_mask, [a for a in range(full.ndim) if a not in (rows, slot_axis)])
+    starts = [write_index if a == slot_axis else layer if a < rows else 0
+              for a in range(full.ndim)]
+    held = jax.lax.dynamic_slice(full, starts, new.shape)
+    return jax.lax.dynamic_update_slice(
+        full, jnp.where(real, new.astype(full.dtype), held), starts)
 
 
 def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.Array:
@@ -291,10 +349,12 @@ def causal_mask(kv_mask: jax.Array, write_index: jax.Array, length: int) -> jax.
 
 
 def empty_kv_cache(config: ModelConfig, layers: int, batch: int, length: int,
-                   dtype: Any) -> KVCache:
-    """A zero KV cache of ``layers`` attention layers with ``length`` slots."""
+                   dtype: Any, stacked: bool = False) -> KVCache:
+    """A zero KV cache of ``layers`` attention layers with ``length`` slots, per layer or
+    ``stacked``."""
     heads = (batch, config.num_kv_heads)
-    return KVCache(tuple(jnp.zeros((*heads, config.head_dim, length), dtype)
-                         for _ in range(layers)),
-                   tuple(jnp.zeros((*heads, length, config.head_dim), dtype)
-                         for _ in range(layers)))
+    shapes = ((*heads, config.head_dim, length), (*heads, length, config.head_dim))
+    if stacked:
+        return KVCache(*(jnp.zeros((layers, *shape), dtype) for shape in shapes))
+    return KVCache(*(tuple(jnp.zeros(shape, dtype) for _ in range(layers))
+                     for shape in shapes))

@@ -31,7 +31,7 @@ import numpy as np
 
 from agentic_esopt import options as options_lib
 from agentic_esopt.models import architectures, tiny
-from agentic_esopt.models.config import ModelConfig
+from agentic_esopt.models.config import CACHE_LAYOUTS, ModelConfig, check_cache_layout
 from agentic_esopt.models.decoder import init_params
 
 PyTree = Any
@@ -68,6 +68,12 @@ class Model:
     params: PyTree
     tokenizer: Any
 
+    def with_cache_layout(self, cache_layout: str) -> Model:
+        """The model generating with KV caches in ``cache_layout``
+        (``ModelConfig.cache_layout``)."""
+        return dataclasses.replace(self, config=dataclasses.replace(
+            self.config, cache_layout=cache_layout))
+
 
 class TensorRef(NamedTuple):
     """Where one tensor lives in a safetensors file."""
@@ -79,7 +85,7 @@ class TensorRef(NamedTuple):
 
 
 def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32",
-         shardings: Shardings | None = None) -> Model:
+         shardings: Shardings | None = None, cache_layout: str = "auto") -> Model:
     """Loads a model by name or path.
 
     Args:
@@ -88,10 +94,17 @@ def load(name_or_path: str | os.PathLike, dtype: str | Any = "float32",
         (config.json, model.safetensors or a sharded index, tokenizer files).
       dtype: parameter dtype, "float32", "bfloat16" or "float16" (or a jnp dtype).
       shardings: where each parameter goes (default: JAX's default device).
+      cache_layout: the KV cache layout of generation (``ModelConfig.cache_layout``).
 
     Returns:
       The ``Model``.
     """
+    check_cache_layout(cache_layout)  # Before anything is read.
+    return _load(name_or_path, dtype, shardings).with_cache_layout(cache_layout)
+
+
+def _load(name_or_path: str | os.PathLike, dtype: str | Any,
+          shardings: Shardings | None) -> Model:
     dtype = resolve_dtype(dtype)
     name = os.fspath(name_or_path)
     if name == "tiny":
@@ -306,6 +319,9 @@ class Options:
                                           "checkpoint folder.")
     dtype: str = options_lib.field("float32", "Parameter dtype: float32, bfloat16 or "
                                               "float16.")
+    cache_layout: str = options_lib.field(
+        "auto", "KV cache layout of generation: per_layer, stacked or auto (per_layer on "
+                "CPU, stacked on GPU/TPU; docs/models.md).")
 
     def problems(self) -> list[str]:
         problems = []
@@ -315,4 +331,6 @@ class Options:
               ".gguf file / checkpoint folder")
         check(self.dtype in DTYPES, f"dtype: unknown {self.dtype!r}; choose one of "
                                     f"{tuple(DTYPES)}")
+        check(self.cache_layout in CACHE_LAYOUTS, f"cache_layout: unknown "
+              f"{self.cache_layout!r}; choose one of {CACHE_LAYOUTS}")
         return problems

@@ -212,7 +212,8 @@ def constrain(config: ModelConfig, state: DecodeState, mesh: Mesh | None) -> Dec
         return state
     rows = {name: jax.lax.with_sharding_constraint(x, rows_sharding(mesh, x.ndim))
             for name, x in state._asdict().items() if name not in ("cache", "step", "slot")}
-    cache = constrain_cache(state.cache, mesh, architectures.get(config).cache_rows_axis)
+    cache = constrain_cache(state.cache, mesh,
+                            architectures.get(config).cache_rows_axis(state.cache))
     return state._replace(cache=cache, **rows)
 
 

@@ -62,13 +62,17 @@ def _flatten(values: dict, prefix: str = "") -> dict:
 
 
 def _without_layout(values: dict) -> dict:
-    return {name: section for name, section in values.items()
-            if name not in config_lib.LAYOUT_SECTIONS}
+    """The flattened settings of a config dict less its layout (which may change)."""
+    flat = _flatten({name: section for name, section in values.items()
+                     if name not in config_lib.LAYOUT_SECTIONS})
+    return {name: value for name, value in flat.items()
+            if name not in config_lib.LAYOUT_FIELDS}
 
 
 def save_or_check_config(files: RunFiles, config: TrainConfig, write: bool = True) -> None:
     """Records ``config`` in a new workdir, or checks it equals the one recorded there
-    (``mesh`` and ``distributed`` may differ: a run resumes under another layout).
+    (``mesh``, ``distributed`` and ``model.cache_layout`` may differ: a run resumes under
+    another layout).
 
     Args:
       files: the workdir's files.
@@ -88,8 +92,8 @@ def save_or_check_config(files: RunFiles, config: TrainConfig, write: bool = Tru
             atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
         return
     with open(files.config, encoding="utf-8") as f:
-        saved = _flatten(_without_layout(json.load(f)))
-    current = _flatten(_without_layout(config.to_dict()))
+        saved = _without_layout(json.load(f))
+    current = _without_layout(config.to_dict())
     changed = [f"{name}: {saved.get(name, '<missing>')!r} in the workdir, "
                f"{current.get(name, '<missing>')!r} now"
                for name in sorted(set(saved) | set(current))

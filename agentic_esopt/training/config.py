@@ -15,9 +15,9 @@ workdir's ``config.json``) with the sections
 
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
-training and evaluation sampling) derives from ``run.seed``. ``mesh`` and ``distributed``
-say where a run runs, not what it computes (``LAYOUT_SECTIONS``): a workdir resumes under
-another layout.
+training and evaluation sampling) derives from ``run.seed``. ``mesh``, ``distributed`` and
+``model.cache_layout`` say where and how a run runs, not what it computes
+(``LAYOUT_SECTIONS``, ``LAYOUT_FIELDS``): a workdir resumes under another layout.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_strategy.Optio
             "mesh": sharding.MeshOptions, "distributed": sharding.DistributedOptions}
 NAMED_SECTIONS = ("env", "rule")  # ``name`` + that environment's / rule's own options
 LAYOUT_SECTIONS = ("mesh", "distributed")
+LAYOUT_FIELDS = ("model.cache_layout",)  # How generation holds its KV cache.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,8 @@ def evaluate_workdir(workdir: str, base: bool = False,
     if unknown:
         raise ValueError(f"cannot override eval {unknown}; only {list(EVAL_OVERRIDES)}")
     config = config.replace(eval=dict(eval_overrides or {}), rollout={"skill": skill})
-    model = models.load(config.model.name, dtype=config.model.dtype)
+    model = models.load(config.model.name, dtype=config.model.dtype,
+                        cache_layout=config.model.cache_layout)
     if base:
         params, generation = model.params, 0
     else:

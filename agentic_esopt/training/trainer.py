@@ -86,13 +86,15 @@ def is_due(generations_done: int, every: int, total: int) -> bool:
 
 def placed_model(config: TrainConfig, model: models.Model | None,
                  layout: sharding.Layout | None) -> models.Model:
-    """``model`` (default: ``config.model`` loaded) with its parameters on the layout."""
+    """``model`` (default: ``config.model`` loaded) with its parameters on the layout and
+    ``config.model.cache_layout``."""
     if model is None:
         return models.load(config.model.name, dtype=config.model.dtype,
-                           shardings=layout and layout.shardings)
+                           shardings=layout and layout.shardings,
+                           cache_layout=config.model.cache_layout)
     if layout is not None:
-        return dataclasses.replace(model, params=layout.place(model.params))
-    return model
+        model = dataclasses.replace(model, params=layout.place(model.params))
+    return model.with_cache_layout(config.model.cache_layout)
 
 
 def train_record(result: rules.StepResult, wall_time_s: float) -> dict[str, float]:

@@ -26,9 +26,22 @@ def report():
 
 def test_the_check_prints_one_object_with_every_benchmark(report):
     assert report["backend"] == "cpu" and report["devices"]
-    for name in ("bench_generate", "bench_memory", "bench_rollout"):
+    for name in ("bench_generate", "bench_generate_per_layer", "bench_memory",
+                 "bench_rollout"):
         assert "error" not in report[name], report[name]
         assert report[name]["seconds"] > 0
+
+
+def test_bench_generate_runs_in_both_cache_layouts(report):
+    """The same batches and population timed in the stacked and the per-layer KV cache
+    layouts, each run saying which it used."""
+    stacked, per_layer = (report[name]["result"] for name in ("bench_generate",
+                                                              "bench_generate_per_layer"))
+    assert (stacked["cache_layout"], per_layer["cache_layout"]) == ("stacked", "per_layer")
+    assert set(stacked["batches"]) == set(per_layer["batches"]) == {"1", "4"}
+    for result in (stacked, per_layer):
+        assert all(entry["decode_tokens_per_s"] > 0 for entry in result["batches"].values())
+        assert result["population"]["lowrank_decode_tokens_per_s"] > 0
 
 
 def test_bench_generate_reports_decode_against_its_roofline(report):

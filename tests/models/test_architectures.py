@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agentic_esopt import models
-from agentic_esopt.models import architectures, decoder, loading
+from agentic_esopt.models import architectures, decoder, layers, loading
 
 HF_CONFIG = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
                  num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -57,7 +57,7 @@ def test_every_family_implements_the_interface(name):
 
     batch, slots = 3, 8
     cache = decoder.empty_cache(config, batch, slots, jnp.float32)
-    assert all(leaf.shape[architecture.cache_rows_axis] == batch
+    assert all(leaf.shape[architecture.cache_rows_axis(cache)] == batch
                for leaf in jax.tree.leaves(cache))
     tokens = jnp.zeros((batch, 2), jnp.int32)
     h, new_cache = jax.eval_shape(
@@ -80,3 +80,25 @@ def test_a_whole_sequence_needs_no_cache(name):
                                 mask, decoder.empty_cache(config, 2, 5, jnp.float32),
                                 jnp.int32(0))
     np.testing.assert_allclose(whole, cached, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", architectures.names())
+def test_dense_caches_are_per_layer_or_stacked_and_hybrid_ones_stacked(name):
+    for cache_layout in ("per_layer", "stacked"):
+        config = dataclasses.replace(small_config(name), cache_layout=cache_layout)
+        cache = decoder.empty_cache(config, 3, 8, jnp.float32)
+        kv = cache.kv if name == "qwen3_5" else cache
+        stacked = cache_layout == "stacked" or name == "qwen3_5"
+        attention_layers = len(config.stacked_layers("attn"))
+        assert layers.is_stacked(kv) == stacked
+        keys = kv.k if stacked else jnp.stack(kv.k)
+        assert keys.shape == (attention_layers, 3, 2, 8, 8)  # (L, B, K, hd, S).
+        assert architectures.get(config).cache_rows_axis(cache) == (1 if stacked else 0)
+        params = jax.eval_shape(lambda: decoder.init_params(config, jax.random.key(0)))
+        tokens = jnp.zeros((3, 2), jnp.int32)
+        _, new_cache = jax.eval_shape(
+            lambda p, c: decoder.forward(config, p, decoder.no_deltas(p), tokens,
+                                         jnp.zeros_like(tokens), jnp.ones((3, 8), bool), c,
+                                         jnp.int32(0)), params, cache)
+        assert jax.tree.map(lambda x: x.shape, new_cache) == jax.tree.map(lambda x: x.shape,
+                                                                        cache)

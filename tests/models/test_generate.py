@@ -42,6 +42,15 @@ def test_greedy_matches_transformers(reference, greedy):
     assert greedy.texts == [model.tokenizer.decode(ids) for ids in expected]
 
 
+def test_greedy_in_the_stacked_cache_layout_matches_transformers(reference, greedy):
+    torch_model, model = reference
+    stacked = models.generate(model.with_cache_layout("stacked"), PROMPTS, max_new_tokens=12)
+    assert stacked.token_ids == torch_greedy(torch_model, model.tokenizer, PROMPTS, 12,
+                                             eos_token_id=2)
+    np.testing.assert_allclose(np.concatenate(stacked.logprobs),
+                               np.concatenate(greedy.logprobs), atol=1e-5, rtol=0)
+
+
 def test_eos_ends_rows_like_transformers(reference, greedy):
     torch_model, model = reference
     eos = greedy.token_ids[0][4]

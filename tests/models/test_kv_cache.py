@@ -47,11 +47,11 @@ def play(model, kept, rows=6, active=lambda turn: range(6), opening=(), **kwargs
     return outputs
 
 
-def assert_same(kept, fresh):
+def assert_same(kept, fresh, atol=2e-5):
     for (kept_ids, kept_logprobs), (fresh_ids, fresh_logprobs) in zip(kept, fresh):
         assert kept_ids == fresh_ids
         for a, b in zip(kept_logprobs, fresh_logprobs):
-            np.testing.assert_allclose(a, b, atol=2e-5)
+            np.testing.assert_allclose(a, b, atol=atol)
 
 
 def test_kept_cache_gives_the_tokens_of_re_prefilling_greedy(model):
@@ -80,9 +80,19 @@ def test_kept_cache_gives_the_tokens_of_re_prefilling_sampling(model):
     assert_same(play(model, True, **sampling), play(model, False, **sampling))
 
 
+def finishing(turn):
+    return range(6 - 2 * turn) if turn < 3 else [1]  # 6, 4, 2, 1 rows.
+
+
 def test_finished_rows_drop_out_and_the_rest_match(model):
-    active = lambda turn: range(6 - 2 * turn) if turn < 3 else [1]  # 6, 4, 2, 1 rows.
-    assert_same(play(model, True, active=active), play(model, False, active=active))
+    assert_same(play(model, True, active=finishing), play(model, False, active=finishing))
+
+
+def test_a_stacked_cache_keeps_the_tokens_of_per_layer_buffers_greedy(model):
+    """Kept caches in the stacked layout (relaid as rows finish: ``_gather``) give the
+    per-layer buffers' tokens and log-probabilities within 1e-5."""
+    assert_same(play(model.with_cache_layout("stacked"), True, active=finishing),
+                play(model, True, active=finishing), atol=1e-5)
 
 
 def test_population_members_keep_their_caches(model):
@@ -105,6 +115,20 @@ def test_long_prompts_fed_in_pieces_give_the_same_tokens(model, request):
     widths = request.getfixturevalue("fed_pieces")  # From here on.
     assert_same(play(model, True, **kwargs), whole)
     assert widths[:4] == [16] * 4  # The first turn's 64-token bucket went in four pieces.
+
+
+def test_a_stacked_cache_keeps_the_tokens_of_per_layer_buffers_sampling(model, fed_pieces):
+    """Sampled, a low-rank population, a long opening fed in pieces (each attending to the
+    stacked cache the earlier ones wrote in place): the per-layer buffers' tokens and
+    log-probabilities within 1e-5."""
+    strategy = es.agentic_esopt(population_size=3, sigma=0.05, learning_rate=1e-3,
+                                noise="lowrank", rank=2)
+    kwargs = dict(population=strategy.ask(strategy.init(jax.random.key(1), model.params)),
+                  members=np.array([0, 1, 2, 0, 1, 2], np.int32), temperature=1.0,
+                  key=jax.random.key(7), opening=range(3, 43))
+    assert_same(play(model.with_cache_layout("stacked"), True, **kwargs),
+                play(model, True, **kwargs), atol=1e-5)
+    assert fed_pieces == [16] * 14  # Per play: the opening turn in 4 pieces, then 1 a turn.
 
 
 def test_piece_width_divides_the_chunk_and_bounds_the_scores():
@@ -162,11 +186,12 @@ def test_common_prefix():
     assert kv_cache.common_prefix(held[:0], [7]) == 0
 
 
-def test_relayouts_move_each_row_and_its_slots():
+@pytest.mark.parametrize("stacked", [False, True])
+def test_relayouts_move_each_row_and_its_slots(stacked):
     rng = np.random.RandomState(0)
     keys, values = rng.normal(size=(2, 5, 3, 4, 7)), rng.normal(size=(2, 5, 3, 7, 4))
-    cache = layers.KVCache(tuple(jax.numpy.asarray(keys, np.float32)),
-                                   tuple(jax.numpy.asarray(values, np.float32)))
+    layout = jax.numpy.asarray if stacked else lambda x: tuple(jax.numpy.asarray(x))
+    cache = layers.KVCache(layout(keys.astype(np.float32)), layout(values.astype(np.float32)))
 
     def expected(sources, columns):
         return (np.stack([keys[:, s][..., c] for s, c in zip(sources, columns)], axis=1),

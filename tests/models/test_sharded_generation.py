@@ -12,7 +12,9 @@ PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12], [13], [14, 15], [16, 17, 18, 19], [20,
 # (data, model, preset): rows only (the presets differ only on a model axis > 1), then each
 # preset once with the KV heads split over the model axis and once with them not dividing
 # it (tp then also splits the k/v projections' columns inside a head).
-LAYOUTS = [(8, 1, "fsdp"), (4, 2, "fsdp"), (2, 4, "tp")]
+# Then the stacked KV cache (the accelerators' default) once, its heads split.
+LAYOUTS = [(8, 1, "fsdp", "per_layer"), (4, 2, "fsdp", "per_layer"), (2, 4, "tp", "per_layer"),
+           (4, 2, "fsdp", "stacked")]
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +51,22 @@ def unsharded(model, members):
     return two_turns(model, **members), two_turns(model, **sampled())
 
 
-@pytest.mark.parametrize("data, model_axis, preset", LAYOUTS)
+@pytest.mark.parametrize("data, model_axis, preset, cache_layout", LAYOUTS)
 def test_sharded_generation_equals_unsharded(model, members, unsharded, data, model_axis,
-                                             preset):
+                                             preset, cache_layout):
     layout = sharding.Layout(sharding.make_mesh({"data": data, "model": model_axis}),
                              sharding.PRESETS[preset])
-    sharded = dataclasses.replace(model, params=layout.place(model.params))
+    sharded = dataclasses.replace(model, params=layout.place(model.params)).with_cache_layout(
+        cache_layout)
     cache = models.ConversationCache()
     assert two_turns(sharded, cache, **members) == unsharded[0]
     assert two_turns(sharded, **sampled()) == unsharded[1]
     kv, = [rows.kv for rows in cache._parts.values()]  # pylint: disable=protected-access
     heads = "model" if model.config.num_kv_heads % model_axis == 0 else None
-    expected = NamedSharding(layout.mesh, P("data", heads, None, None))
-    for buffer in (*kv.k, *kv.v):  # One per layer.
+    stacked = cache_layout == "stacked"
+    buffers = (kv.k, kv.v) if stacked else (*kv.k, *kv.v)  # Stacked, or one per layer.
+    expected = NamedSharding(layout.mesh, P(*(None,) * stacked, "data", heads, None, None))
+    for buffer in buffers:
+        assert buffer.ndim == 4 + stacked
         assert buffer.sharding.is_equivalent_to(expected, buffer.ndim)
-    assert kv.k[0].shape[0] % data == 0  # Batch rows padded to split evenly over data.
+    assert buffers[0].shape[stacked] % data == 0  # Batch rows padded to split evenly over data.

@@ -133,3 +133,11 @@ def test_scope_that_selects_nothing_is_an_error(tmp_path):
 
 def test_is_due():
     assert [g for g in range(8) if trainer.is_due(g, 3, 7)] == [0, 3, 6, 7]
+
+
+def test_the_run_generates_in_its_cache_layout_whether_loaded_or_given():
+    config = CONFIG.replace(model=dict(cache_layout="stacked"))
+    given = models.load("tiny")
+    assert trainer.placed_model(config, given, None).config.cache_layout == "stacked"
+    assert trainer.placed_model(config, None, None).config.cache_layout == "stacked"
+    assert trainer.placed_model(CONFIG, given, None).config == given.config  # auto.

@@ -23,7 +23,8 @@ class Architecture(NamedTuple):
         ``decoder.forward``).
       empty_cache: ``(config, batch, length, dtype) -> cache``, zeros with ``length``
         attention slots.
-      cache_rows_axis: the batch-row axis of every leaf of its cache.
+      cache_rows_axis: ``(cache) -> int``, the batch-row axis of every leaf of one of its
+        caches (it may depend on the cache's layout, ``ModelConfig.cache_layout``).
       prefix_cache: whether a kept cache cut back to a prefix of its tokens is that
         prefix's cache (true of attention-only models; recurrent states cannot roll back).
       hf_model_types: the ``model_type``s of the HF ``config.json`` files it reads.
@@ -38,7 +39,7 @@ class Architecture(NamedTuple):
     init_constant: Callable[[Path], float | None]
     forward: Callable[..., tuple[Any, Any]]
     empty_cache: Callable[[ModelConfig, int, int, Any], Any]
-    cache_rows_axis: int
+    cache_rows_axis: Callable[[Any], int]
     prefix_cache: bool
     hf_model_types: tuple[str, ...]
     hf_names: Mapping[Path, str]

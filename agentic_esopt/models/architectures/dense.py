@@ -9,13 +9,15 @@ Parameters are a plain nested dict (names follow ``es``' scope conventions):
     layers/attn/{q,k}_norm/scale (L, head_dim)        (Qwen3)
     layers/mlp/{gate,up,down}_proj/kernel (L, in, out)   [+ bias (L, out)]
 
-Every layer is attention; the stack runs as one ``lax.scan`` whose layer l reads buffer l
-of a per-layer ``layers.KVCache`` in place, and the new tokens' keys and values are
-written to the cache after the scan.
+Every layer is attention; the stack runs as one ``lax.scan``. With a per-layer
+``layers.KVCache`` layer l reads buffer l in place and the new tokens' keys and values are
+written to the cache after the scan; a stacked cache rides in the scan's carry, each layer
+writing its new keys and values in place before attending (``ModelConfig.cache_layout``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,8 +29,9 @@ from agentic_esopt.models.architectures.base import Architecture, Path
 from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.models.layers import (Deltas, KVCache, LayerOf, apply_rope, attention,
                                          cache_layout, causal_mask, embed, empty_kv_cache,
-                                         mlp, project, rms_norm, rope_tables, rows,
-                                         slot_axes, write_slots)
+                                         is_stacked, mlp, project, rms_norm, rope_tables,
+                                         rows, rows_axis, slot_axes, stacked_attention,
+                                         stacks_cache, write_slots)
 
 PyTree = Any
 HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
@@ -91,20 +94,17 @@ def init_constant(path: Path) -> float | None:
 
 
 def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> KVCache:
-    """A zero per-layer KV cache with ``length`` slots."""
-    return empty_kv_cache(config, config.num_layers, batch, length, dtype)
+    """A zero KV cache with ``length`` slots, per layer or stacked
+    (``layers.stacks_cache``)."""
+    return empty_kv_cache(config, config.num_layers, batch, length, dtype,
+                          stacked=stacks_cache(config))
 
 
 def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
-           rope: tuple[jax.Array, jax.Array], masks: tuple[jax.Array, jax.Array],
-           cache: KVCache | None, index: jax.Array) -> tuple[jax.Array, KVCache]:
-    """Decoder layer ``index`` over new tokens attending to its read-only ``cache`` buffers
-    (or no cache: None) and to themselves.
-
-    ``masks`` are (prefix mask (B, T, S), new-token mask (B, T, T)). Returns the new hidden
-    states and the new tokens' keys/values (``cache_layout``), which the caller writes to
-    the cache after the layer scan (so the cache is never copied inside it).
-    """
+           rope: tuple[jax.Array, jax.Array], attend: Any) -> tuple[jax.Array, Any]:
+    """A decoder layer over new tokens; ``attend(q, k, v)`` (queries (B, T, H, hd), keys
+    and values (B, T, K, hd)) is its attention and returns (the attended (B, T, H * hd),
+    what the layer hands back: its new keys and values, or the cache it wrote them to)."""
     c = config
     B, T, _ = h.shape
     attn, attn_deltas = layer["attn"], deltas["attn"]
@@ -116,23 +116,84 @@ def _layer(config: ModelConfig, h: jax.Array, layer: dict, deltas: dict,
         q = rms_norm(q, attn["q_norm"]["scale"], attn_deltas["q_norm"]["scale"], c.rms_norm_eps)
         k = rms_norm(k, attn["k_norm"]["scale"], attn_deltas["k_norm"]["scale"], c.rms_norm_eps)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    new = cache_layout(k, v)
-    if cache is None:
-        attended = attention(q, [(*new, masks[1])])
-    else:
-        prefix = KVCache(LayerOf(cache.k, index), LayerOf(cache.v, index))
-        attended = attention(q, [(*prefix, masks[0]), (*new, masks[1])])
+    attended, handed_back = attend(q, k, v)
     h = h + project(attended, attn["o_proj"], attn_deltas["o_proj"])
     x = rms_norm(h, layer["post_attn_norm"]["scale"], deltas["post_attn_norm"]["scale"],
                  c.rms_norm_eps)
-    return h + mlp(x, layer["mlp"], deltas["mlp"]), new
+    return h + mlp(x, layer["mlp"], deltas["mlp"]), handed_back
+
+
+def _attend_blocks(masks: tuple[jax.Array, jax.Array], cache: KVCache | None,
+                   index: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array
+                   ) -> tuple[jax.Array, KVCache]:
+    """Attention to layer ``index``'s read-only buffers of a per-layer ``cache`` (or no
+    cache: None) and to the new tokens themselves, as two blocks.
+
+    ``masks`` are (prefix mask (B, T, S), new-token mask (B, T, T)). Returns the attended
+    and the new tokens' keys/values (``cache_layout``), which the caller writes to the
+    cache after the layer scan (so the cache is never copied inside it).
+    """
+    new = cache_layout(k, v)
+    if cache is None:
+        return attention(q, [(*new, masks[1])]), new
+    prefix = KVCache(LayerOf(cache.k, index), LayerOf(cache.v, index))
+    return attention(q, [(*prefix, masks[0]), (*new, masks[1])]), new
+
+
+def _per_layer_scan(config: ModelConfig, h: jax.Array, xs: tuple, members: jax.Array | None,
+                    rope: tuple[jax.Array, jax.Array], kv_mask: jax.Array,
+                    token_mask: jax.Array, cache: KVCache | None, write_index: jax.Array,
+                    remat: bool) -> tuple[jax.Array, KVCache | None]:
+    """The layer scan over a per-layer cache (or none), then the cache's writes."""
+    T = token_mask.shape[1]
+    new_slots = jax.lax.dynamic_update_slice_in_dim(jnp.zeros_like(kv_mask), token_mask,
+                                                    write_index, axis=1)
+    cached = kv_mask & ~new_slots
+    causal = jnp.arange(T)[:, None] >= jnp.arange(T)[None, :]
+    masks = (causal_mask(cached, write_index, T), causal[None] & token_mask[:, None, :])
+
+    def body(h, xs):
+        layer, layer_factors, index = xs
+        return _layer(config, h, layer, rows(layer_factors, members), rope,
+                      functools.partial(_attend_blocks, masks, cache, index))
+
+    if remat:
+        body = jax.checkpoint(body)
+    h, new = jax.lax.scan(body, h, xs)
+    if cache is not None:
+        cache = jax.tree.map(
+            lambda full, written, axis: write_slots(full, written, token_mask, write_index, axis),
+            cache, KVCache(*(tuple(x) for x in new)), slot_axes(cache))
+    return h, cache
+
+
+def _stacked_scan(config: ModelConfig, h: jax.Array, xs: tuple, members: jax.Array | None,
+                  rope: tuple[jax.Array, jax.Array], kv_mask: jax.Array,
+                  token_mask: jax.Array, cache: KVCache, write_index: jax.Array,
+                  remat: bool) -> tuple[jax.Array, KVCache]:
+    """The layer scan carrying a stacked cache, each layer writing its new keys and
+    values in place and attending over all its slots (``layers.stacked_attention``)."""
+    mask = causal_mask(kv_mask, write_index, token_mask.shape[1])
+
+    def body(carry, xs):
+        h, cache = carry
+        layer, layer_factors, index = xs
+        attend = functools.partial(stacked_attention, mask=mask, token_mask=token_mask,
+                                   cache=cache, index=index, write_index=write_index)
+        return _layer(config, h, layer, rows(layer_factors, members), rope, attend), None
+
+    if remat:
+        body = jax.checkpoint(body)
+    (h, cache), _ = jax.lax.scan(body, (h, cache), xs)
+    return h, cache
 
 
 def forward(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Array,
             positions: jax.Array, kv_mask: jax.Array, cache: KVCache | None,
             write_index: jax.Array, remat: bool = False, token_mask: jax.Array | None = None
             ) -> tuple[jax.Array, KVCache | None]:
-    """``decoder.forward`` of a dense model (a ``KVCache``, or None: no cache).
+    """``decoder.forward`` of a dense model (a ``KVCache`` in either layout, or None: no
+    cache).
 
     A padded new token (``token_mask`` False) keeps what its slot held: a row's cached
     prefix may sit there (``kv_mask`` True), and the new tokens attend to it.
@@ -140,27 +201,13 @@ def forward(config: ModelConfig, params: PyTree, deltas: Deltas, tokens: jax.Arr
     T = tokens.shape[1]
     if token_mask is None:
         token_mask = jax.lax.dynamic_slice_in_dim(kv_mask, write_index, T, axis=1)
-    new_slots = jax.lax.dynamic_update_slice_in_dim(jnp.zeros_like(kv_mask), token_mask,
-                                                    write_index, axis=1)
-    cached = kv_mask & ~new_slots
-    causal = jnp.arange(T)[:, None] >= jnp.arange(T)[None, :]
-    masks = (causal_mask(cached, write_index, T), causal[None] & token_mask[:, None, :])
     factors, members = deltas
     h = embed(tokens, params["embed"]["embedding"], factors["embed"]["embedding"], members)
     rope = rope_tables(config, positions, h.dtype)
-
-    def body(h, xs):
-        layer, layer_factors, index = xs
-        return _layer(config, h, layer, rows(layer_factors, members), rope, masks, cache, index)
-
-    if remat:
-        body = jax.checkpoint(body)
+    scan = _stacked_scan if cache is not None and is_stacked(cache) else _per_layer_scan
     xs = (params["layers"], factors["layers"], jnp.arange(config.num_layers))
-    h, new = jax.lax.scan(body, h, xs)
-    if cache is not None:
-        cache = jax.tree.map(
-            lambda full, written, axis: write_slots(full, written, token_mask, write_index, axis),
-            cache, KVCache(*(tuple(x) for x in new)), slot_axes(cache))
+    h, cache = scan(config, h, xs, members, rope, kv_mask, token_mask, cache, write_index,
+                    remat)
     h = rms_norm(h, params["final_norm"]["scale"], rows(factors["final_norm"]["scale"], members),
                  config.rms_norm_eps)
     return h, cache
@@ -214,7 +261,7 @@ ARCHITECTURE = Architecture(
     init_constant=init_constant,
     forward=forward,
     empty_cache=empty_cache,
-    cache_rows_axis=0,
+    cache_rows_axis=rows_axis,
     prefix_cache=True,
     hf_model_types=tuple(HF_CLASSES),
     hf_names=HF_NAMES,

@@ -102,8 +102,8 @@ def init_constant(path: Path) -> float | None:
 def empty_cache(config: ModelConfig, batch: int, length: int, dtype: Any) -> HybridCache:
     """A zero cache with ``length`` attention slots."""
     la, n_lin = config.linear_attention, len(config.stacked_layers("linear_attn"))
-    kv = layers.KVCache(*(jnp.stack(buffers) for buffers in layers.empty_kv_cache(
-        config, len(config.stacked_layers("attn")), batch, length, dtype)))
+    kv = layers.empty_kv_cache(config, len(config.stacked_layers("attn")), batch, length,
+                               dtype, stacked=True)
     conv = jnp.zeros((n_lin, batch, la.conv_kernel - 1, la.conv_dim), dtype)
     recurrent = jnp.zeros((n_lin, batch, la.num_value_heads, la.key_head_dim,
                            la.value_head_dim), F32)
@@ -451,7 +451,7 @@ ARCHITECTURE = Architecture(
     init_constant=init_constant,
     forward=forward,
     empty_cache=empty_cache,
-    cache_rows_axis=1,  # Every leaf stacks its layers first.
+    cache_rows_axis=lambda cache: 1,  # Every leaf stacks its layers first.
     prefix_cache=False,  # Recurrent states cannot roll back to a prefix.
     hf_model_types=("qwen3_5", "qwen3_5_text"),
     hf_names=HF_NAMES,
