@@ -15,9 +15,9 @@ workdir's ``config.json``) with the sections
 
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
-training and evaluation sampling) derives from ``run.seed``. ``mesh`` and ``distributed``
-say where a run runs, not what it computes (``LAYOUT_SECTIONS``): a workdir resumes under
-another layout.
+LoRA adapters, training and evaluation sampling) derives from ``run.seed``. ``mesh`` and
+``distributed`` say where a run runs, not what it computes (``LAYOUT_SECTIONS``): a
+workdir resumes under another layout.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ from agentic_esopt.es import strategy as es_strategy
 from agentic_esopt.models import loading
 from agentic_esopt.training import rules
 
-# Independent key streams derived from the seed.
+# Independent key streams derived from the seed (ADAPTER_STREAM: es.scope=lora's A).
 ES_STREAM, TRAIN_SAMPLING_STREAM, EVAL_SAMPLING_STREAM, GRPO_SHUFFLE_STREAM = 0, 1, 2, 3
+ADAPTER_STREAM = 4
 
 
 @dataclasses.dataclass(frozen=True)
