@@ -151,6 +151,9 @@ def test_lora_run_moves_only_adapters_replays_and_resumes_bitwise(tmp_path):
     assert_trees_equal(restore_final(workdir, config), result.state)
     shutil.rmtree(os.path.join(workdir, "checkpoints", "3"))  # Resume redoes generation 2.
     assert_trees_equal(training.train(config, workdir, model=model).state, result.state)
+    on_mesh = training.train(config.replace(mesh=dict(shape="data:2,model:4", rules="tp")),
+                             workdir, model=model)  # Restores the adapters onto a mesh.
+    assert_trees_equal(on_mesh.state, result.state)
 
 
 def test_lora_targets_the_model_lacks_are_an_error(tmp_path):
