@@ -15,9 +15,9 @@ workdir's ``config.json``) with the sections
 
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
-LoRA adapters, training and evaluation sampling) derives from ``run.seed``. ``mesh`` and
-``distributed`` say where a run runs, not what it computes (``LAYOUT_SECTIONS``): a
-workdir resumes under another layout.
+training and evaluation sampling) derives from ``run.seed``. ``mesh`` and ``distributed``
+say where a run runs, not what it computes (``LAYOUT_SECTIONS``): a workdir resumes under
+another layout.
 """
 
 from __future__ import annotations
