@@ -62,6 +62,7 @@ setup(
             "ipykernel>=6.29",
             "torch==2.13.0",
             "accelerate>=1.0",  # transformers needs it to load a GGUF (test reference only)
+            "peft>=0.21",  # applies exported LoRA adapters in the parity tests (test only)
         ],
     },
 )

@@ -2,10 +2,14 @@ r"""Exports a training run's parameters as a Hugging Face checkpoint folder.
 
   python -m experiments.export --workdir=workdirs/cpu_default --out=exported/cpu_default
   python -m experiments.export --workdir=RUN --out=DIR --step=5 --dtype=bfloat16
+  python -m experiments.export --workdir=LORA_RUN --out=DIR [--merged]
 
 The folder loads with ``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` and
 ``AutoTokenizer.from_pretrained(DIR)``, and serves with ``vllm serve DIR``. It is written
-to a temporary folder and renamed at the end: a failed export leaves nothing behind.
+to a temporary folder and renamed at the end: a failed export leaves nothing behind. A
+run of LoRA adapters (``--config.es.scope=lora``) is written as a PEFT adapter folder
+(``peft.PeftModel.from_pretrained(base, DIR)``), or with ``--merged`` as a checkpoint of
+the weights with the adapters folded in; ``--step=0 --merged`` writes the base model.
 """
 
 import shlex
@@ -24,6 +28,8 @@ _STEP = flags.DEFINE_integer("step", None, "Export the parameters after this man
                              "generations (default: the newest checkpoint).")
 _DTYPE = flags.DEFINE_enum("dtype", None, list(models.loading.DTYPES), "Weight dtype "
                            "(default: the run's).")
+_MERGED = flags.DEFINE_bool("merged", False, "LoRA runs (es.scope=lora): write the weights "
+                            "with the adapters folded in, not a PEFT adapter folder.")
 
 
 def main(argv: Sequence[str]) -> None:
@@ -32,7 +38,8 @@ def main(argv: Sequence[str]) -> None:
     command = "python -m experiments.export " + shlex.join(sys.argv[1:])
     try:
         out = export.export_run(_WORKDIR.value, _OUT.value, generation=_STEP.value,
-                                dtype=_DTYPE.value, command=command)
+                                dtype=_DTYPE.value, merged=_MERGED.value,
+                                command=command)
     except (ValueError, OSError) as error:
         raise app.UsageError(str(error)) from error
     print(out)

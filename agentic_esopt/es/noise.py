@@ -14,6 +14,11 @@ uses E = A Bᵀ / √r (unit-variance entries); leading axes are batch axes (e.g
 layers). A matrix leaf has ``ndim >= 2`` and is not named "bias" or "scale": vectors,
 including stacked per-layer biases and norm scales of shape (L, d), are cheap and always
 get full-rank noise. All noise is drawn in float32 whatever the parameter dtype.
+
+Scopes say which leaves are perturbed (and updated): every leaf, the linear layers, the
+LoRA adapter factors (``lora_a``/``lora_b`` leaves, see ``models.lora``) or a regex over
+paths. Leaves outside the scope get no noise and are never changed; constants (a LoRA
+adapter's ``lora_scale``) are outside every scope.
 """
 
 from __future__ import annotations
@@ -31,8 +36,11 @@ PyTree = Any
 jax.config.update("jax_threefry_partitionable", True)
 
 NOISE_MODES = ("full", "lowrank")
+SCOPE_NAMES = ("full", "all_linear", "lora")
 _NON_LINEAR_PATTERN = re.compile(r"embed|lm_head|norm")
 _VECTOR_NAMES = re.compile(r"\['(bias|scale)'\]$")
+_LORA_NAMES = re.compile(r"\['lora_[ab]'\]$")
+_CONSTANT_NAMES = re.compile(r"\['lora_scale'\]$")  # Never perturbed, in any scope.
 
 
 @flax.struct.dataclass
@@ -46,7 +54,7 @@ class Population:
       generation: () int32 generation index.
       noise: "full" or "lowrank".
       rank: low-rank factor rank r.
-      scope: "full", "all_linear" or a regex over leaf path strings.
+      scope: "full", "all_linear", "lora" or a regex over leaf path strings.
     """
 
     keys: jax.Array
@@ -92,26 +100,31 @@ def in_scope(scope: str, path_string: str, leaf: jax.Array) -> bool:
     """Whether a leaf is perturbed under ``scope``.
 
     Args:
-      scope: "full" (every leaf), "all_linear" (matrix leaves except embeddings, the lm
-        head and norms), or a regex searched in the path string.
+      scope: "full" (every leaf but constants), "all_linear" (matrix leaves except
+        embeddings, the lm head and norms), "lora" (the LoRA factors ``lora_a`` and
+        ``lora_b``), or a regex searched in the path string.
       path_string: the leaf's ``keystr`` path.
       leaf: the leaf (only its shape is read).
     """
+    if _CONSTANT_NAMES.search(path_string):
+        return False
     if scope == "full":
         return True
     if scope == "all_linear":
         return is_matrix(path_string, leaf.shape) and not _NON_LINEAR_PATTERN.search(path_string)
+    if scope == "lora":
+        return _LORA_NAMES.search(path_string) is not None
     return re.search(scope, path_string) is not None
 
 
 def validate_scope(scope: str) -> None:
     """Raises ValueError if ``scope`` is neither a known name nor a valid regex."""
-    if scope in ("full", "all_linear"):
+    if scope in SCOPE_NAMES:
         return
     try:
         re.compile(scope)
     except re.error as e:
-        raise ValueError(f"scope {scope!r} is not 'full', 'all_linear' or a valid regex: {e}")
+        raise ValueError(f"scope {scope!r} is not one of {SCOPE_NAMES} or a valid regex: {e}")
 
 
 def generation_keys(run_key: jax.Array, generation: jax.Array, population_size: int,
@@ -166,11 +179,20 @@ def member_noise(params: PyTree, population: Population, member: int | jax.Array
 
 @jax.jit
 def perturb(params: PyTree, population: Population, member: int | jax.Array) -> PyTree:
-    """θ + σ·sign_i·ε_i for member i, in float32 and cast back to each leaf's dtype."""
+    """θ + σ·sign_i·ε_i for member i, in float32 and cast back to each leaf's dtype
+    (leaves outside the scope are returned as they are)."""
     scale = population.sigma * population.signs[member]
-    noise = member_noise(params, population, member)
-    return jax.tree.map(lambda p, e: (p.astype(jnp.float32) + scale * e).astype(p.dtype),
-                        params, noise)
+    member_key = population.keys[member]
+
+    def perturbed(path, leaf):
+        path_string = jax.tree_util.keystr(path)
+        if not in_scope(population.scope, path_string, leaf):
+            return leaf
+        noise = leaf_noise(member_key, path_string, leaf.shape, population.noise,
+                           population.rank)
+        return (leaf.astype(jnp.float32) + scale * noise).astype(leaf.dtype)
+
+    return jax.tree_util.tree_map_with_path(perturbed, params)
 
 
 def population_factors(population: Population, params: PyTree) -> PyTree:

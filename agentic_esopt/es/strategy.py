@@ -12,6 +12,9 @@ through the algorithm's optax transformation, which receives −ĝ. ``tell`` reg
 noise leaf by leaf inside a loop (one member, or a chunk of low-rank factors no larger than
 the leaf, per step), so it never holds more than O(one leaf) of noise whatever G is.
 
+Leaves outside the scope are left exactly as they are: no estimate, no optimizer step
+(nor weight decay), no rounding.
+
 ``tell`` consumes its state: the update donates it, so the new state reuses its buffers
 (copy a state, or the params given to ``init``, that must outlive it). With an
 ``Algorithm.elementwise`` optimizer (plain SGD) each leaf's estimate is regenerated,
@@ -87,7 +90,8 @@ class Sampling(NamedTuple):
       noise: "full" (Gaussian ε per leaf) or "lowrank" (E = A Bᵀ/√r for matrices).
       rank: r for low-rank noise.
       antithetic: members 2k and 2k+1 share ε with opposite signs.
-      scope: "full", "all_linear" or a regex over leaf paths: the leaves perturbed.
+      scope: "full", "all_linear", "lora" or a regex over leaf paths: the leaves
+        perturbed and updated.
     """
 
     population_size: int
@@ -367,19 +371,22 @@ def _update_leafwise(algorithm: Algorithm, state: ESState, population: noise_lib
     masters = [None] * len(flat) if masters is None else treedef.flatten_up_to(masters)
     keys, coeffs = draws
     leaves, new_masters, new_states, squares = [], [], [], []
+    previous = None  # The last updated leaf and its step's square (orders the next).
     for (path, leaf), master, leaf_state in zip(flat, masters, leaf_states):
-        if leaves:
-            coeffs = coeffs + _zero_after(leaves[-1], squares[-1])
         path_string = jax.tree_util.keystr(path)
-        descent = -_scoped_estimate(population, path_string, leaf, keys, coeffs, scale)
-        step, leaf_state = algorithm.optimizer.update(descent, leaf_state,
-                                                      leaf if master is None else master)
-        leaf, master = _apply_step(algorithm, leaf, master, step,
-                                   noise_lib.leaf_key(rounding_key, path_string))
+        if noise_lib.in_scope(population.scope, path_string, leaf):
+            if previous is not None:
+                coeffs = coeffs + _zero_after(*previous)
+            descent = -_scoped_estimate(population, path_string, leaf, keys, coeffs, scale)
+            step, leaf_state = algorithm.optimizer.update(descent, leaf_state,
+                                                          leaf if master is None else master)
+            leaf, master = _apply_step(algorithm, leaf, master, step,
+                                       noise_lib.leaf_key(rounding_key, path_string))
+            squares.append(jnp.sum(step * step))
+            previous = (leaf, squares[-1])
         leaves.append(leaf)
         new_masters.append(master)
         new_states.append(leaf_state)
-        squares.append(jnp.sum(step * step))
     inner = join(new_states)
     if algorithm.master_weights:
         inner = (inner, treedef.unflatten(new_masters))
@@ -398,16 +405,20 @@ def _update_whole(algorithm: Algorithm, state: ESState, population: noise_lib.Po
         descent, inner, state.params if masters is None else jax.tree.map(
             lambda leaf, master: leaf if master is None else master, state.params, masters))
     flat, treedef = jax.tree_util.tree_flatten_with_path(state.params)
+    scoped = [noise_lib.in_scope(population.scope, jax.tree_util.keystr(path), leaf)
+              for path, leaf in flat]
+    steps = treedef.flatten_up_to(steps)
     updated = [_apply_step(algorithm, leaf, master, step,
                            noise_lib.leaf_key(rounding_key, jax.tree_util.keystr(path)))
-               for (path, leaf), master, step in zip(
+               if in_scope else (leaf, master)
+               for (path, leaf), master, step, in_scope in zip(
                    flat, ([None] * len(flat) if masters is None
-                          else treedef.flatten_up_to(masters)),
-                   treedef.flatten_up_to(steps))]
+                          else treedef.flatten_up_to(masters)), steps, scoped)]
     params = treedef.unflatten([leaf for leaf, _ in updated])
     if masters is not None:
         inner = (inner, treedef.unflatten([master for _, master in updated]))
-    return params, inner, [jnp.sum(step * step) for step in jax.tree.leaves(steps)]
+    return params, inner, [jnp.sum(step * step) for step, in_scope in zip(steps, scoped)
+                           if in_scope]
 
 
 def _update(sampling: Sampling, algorithm: Algorithm, state: ESState,
@@ -475,16 +486,47 @@ class Options:
                                                     "does not).")
     fitness: str = options_lib.field("zscore", "Reward shaping: zscore, centered_rank or "
                                                "identity.")
-    scope: str = options_lib.field("full", "Perturbed parameters: 'full', 'all_linear' or "
-                                           "a regex over parameter paths.")
+    scope: str = options_lib.field("full", "Perturbed parameters: 'full', 'all_linear', "
+                                           "'lora' (LoRA adapters only) or a regex over "
+                                           "parameter paths.")
+    lora_rank: int = options_lib.field(8, "Rank r of the LoRA adapters (scope 'lora').")
+    lora_alpha: float = options_lib.field(8.0, "LoRA alpha: adapters add (alpha / r)·x A B "
+                                               "(scope 'lora').")
+    lora_targets: str = options_lib.field("q_proj,v_proj", "Comma-separated projections "
+                                                           "that get adapters (scope "
+                                                           "'lora').")
     rounding: str = options_lib.field("nearest", "How updated bfloat16/float16 parameters "
                                                  "round: nearest or stochastic (unbiased).")
     master_weights: bool = options_lib.field(False, "Keep float32 copies of bfloat16/"
                                                     "float16 parameters in the optimizer "
                                                     "state (exact; +4 bytes per entry).")
 
+    @property
+    def lora_target_names(self) -> tuple[str, ...]:
+        """``lora_targets`` as a tuple of projection names."""
+        return tuple(name.strip() for name in self.lora_targets.split(","))
+
     def problems(self) -> list[str]:
-        """Every problem with these settings (``settings_problems``)."""
+        """Every problem with these settings (``settings_problems``, and the LoRA options';
+        whether the targets exist is checked against the model, ``models.lora``)."""
         settings = dataclasses.asdict(self)
-        del settings["scale_by_sigma"]  # Either value is valid.
-        return settings_problems(**settings)
+        for name in ("scale_by_sigma", *_LORA_FIELDS):  # Either value is valid.
+            del settings[name]
+        problems = settings_problems(**settings)
+        check = options_lib.checker(problems)
+        if self.scope != "lora":
+            changed = [name for name in _LORA_FIELDS
+                       if getattr(self, name) != getattr(Options, name)]
+            check(not changed, f"{', '.join(changed)}: LoRA options need scope='lora', got "
+                               f"scope={self.scope!r}")
+            return problems
+        names = self.lora_target_names
+        check(self.lora_rank >= 1, f"lora_rank must be >= 1, got {self.lora_rank}")
+        check(self.lora_alpha > 0, f"lora_alpha must be > 0, got {self.lora_alpha}")
+        check(all(name.isidentifier() for name in names) and len(set(names)) == len(names),
+              f"lora_targets must be distinct comma-separated projection names like "
+              f"'q_proj,v_proj', got {self.lora_targets!r}")
+        return problems
+
+
+_LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_targets")

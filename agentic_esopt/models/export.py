@@ -11,6 +11,9 @@ folders are loaded as they are and GGUF files are un-permuted when converted
     models.save_pretrained(model, "out/checkpoint", generation_config={"temperature": 0.7})
     transformers.AutoModelForCausalLM.from_pretrained("out/checkpoint")
 
+LoRA adapters (``models.lora``) are written as a PEFT adapter folder (``save_adapter``),
+or folded into the weights first (``lora.merge``) for a plain checkpoint.
+
 Only one process of a multi-host run should call it, with fully addressable params.
 """
 
@@ -21,7 +24,7 @@ import os
 import pathlib
 import secrets
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import flax.traverse_util
@@ -30,7 +33,7 @@ import numpy as np
 import safetensors.numpy
 import transformers
 
-from agentic_esopt.models import architectures, decoder, loading
+from agentic_esopt.models import architectures, decoder, loading, lora
 from agentic_esopt.models.config import ModelConfig, special_token_ids_to_hf
 from agentic_esopt.models.tokenizer import save_tokenizer
 
@@ -73,7 +76,11 @@ def save_pretrained(model: loading.Model, out_dir: str | os.PathLike, *,
       OSError: the parent folder cannot be written.
     """
     config = model.config
-    flat = _checked_flat_params(config, model.params if params is None else params)
+    params = model.params if params is None else params
+    if lora.adapted(params):
+        raise ValueError("These params have LoRA adapters: write them with save_adapter, or "
+                         "fold them into the weights with models.lora.merge first.")
+    flat = _checked_flat_params(config, params)
     dtype = jnp.dtype(jnp.result_type(*flat.values()) if dtype is None
                       else loading.resolve_dtype(dtype))
     if dtype.name not in loading.DTYPES:
@@ -83,10 +90,8 @@ def save_pretrained(model: loading.Model, out_dir: str | os.PathLike, *,
                  "torch_dtype": dtype.name}
     generation = (None if generation_config is None
                   else hf_generation_config(config, generation_config))
-    out_dir = pathlib.Path(out_dir)
-    _check_target(out_dir)
-    staging = _make_staging_dir(out_dir)
-    try:
+
+    def fill(staging: pathlib.Path) -> None:
         (staging / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
         write_safetensors(staging, hf_tensor_sources(config, flat), flat, dtype,
                           max_shard_bytes)
@@ -96,15 +101,65 @@ def save_pretrained(model: loading.Model, out_dir: str | os.PathLike, *,
             generation.save_pretrained(staging)
         if readme is not None:
             (staging / "README.md").write_text(readme)
-        try:
-            os.replace(staging, out_dir)
-        except OSError as error:  # out_dir was created or filled meanwhile.
-            raise FileExistsError(f"Refusing to overwrite {str(out_dir)!r}: it appeared "
-                                  "while the checkpoint was being written.") from error
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out_dir
+
+    return _write_folder(pathlib.Path(out_dir), fill)
+
+
+def save_adapter(config: ModelConfig, params: PyTree, out_dir: str | os.PathLike, *,
+                 base_model_name_or_path: str, dtype: str | Any | None = None,
+                 readme: str | None = None) -> pathlib.Path:
+    """Writes the LoRA adapters of ``params`` (``models.lora``) as a PEFT adapter folder.
+
+    The folder holds ``adapter_config.json`` (peft_type LORA, task_type CAUSAL_LM, r,
+    lora_alpha, target_modules, base_model_name_or_path) and ``adapter_model.safetensors``
+    with PEFT's tensor names, e.g. ``base_model.model.model.layers.0.self_attn.q_proj
+    .lora_A.weight`` (r, in) and ``...lora_B.weight`` (out, r); ``peft.PeftModel
+    .from_pretrained(<the base model in transformers>, out_dir)`` applies them. Written
+    like ``save_pretrained``: all or nothing.
+
+    Args:
+      config: the base model's config.
+      params: parameters with adapters (their base leaves must fit ``config``).
+      out_dir: the folder to create; it must not exist or be empty.
+      base_model_name_or_path: the base model, recorded in the adapter config.
+      dtype: "float32", "bfloat16" or "float16"; default: the adapters' dtype.
+      readme: text of a `README.md`.
+
+    Raises:
+      ValueError: params without adapters, or whose base leaves do not fit ``config``.
+      FileExistsError: `out_dir` exists and is not an empty folder.
+    """
+    settings = lora.settings_of(params)
+    _checked_flat_params(config, lora.base(params))
+    adapters = lora.adapted(params)
+    dtype = jnp.dtype(jnp.result_type(*(leaves["lora_a"] for leaves in adapters.values()))
+                      if dtype is None else loading.resolve_dtype(dtype))
+    tensors = {}
+    for (_, block, name), leaves in adapters.items():
+        names = loading.hf_names(config, ("layers", block, name, "kernel"))
+        for slot, weight_name in names.items():
+            stem = "base_model.model." + weight_name.removesuffix(".weight")
+            for factor, suffix in (("lora_a", "lora_A"), ("lora_b", "lora_B")):
+                tensors[f"{stem}.{suffix}.weight"] = np.ascontiguousarray(
+                    np.asarray(leaves[factor][slot]).astype(dtype).T)
+    adapter_config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model_name_or_path, "r": settings.rank,
+        "lora_alpha": settings.alpha, "target_modules": list(settings.targets),
+        "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False,
+        "init_lora_weights": True, "inference_mode": True, "use_rslora": False,
+        "use_dora": False, "modules_to_save": None}
+
+    def fill(staging: pathlib.Path) -> None:
+        (staging / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2)
+                                                     + "\n")
+        safetensors.numpy.save_file(dict(sorted(tensors.items())),
+                                    staging / "adapter_model.safetensors",
+                                    metadata={"format": "pt"})
+        if readme is not None:
+            (staging / "README.md").write_text(readme)
+
+    return _write_folder(pathlib.Path(out_dir), fill)
 
 
 def hf_tensor_sources(config: ModelConfig, flat: Mapping[tuple[str, ...], Any]
@@ -192,6 +247,25 @@ def _group_shards(sizes: Mapping[str, int], max_bytes: int) -> list[list[str]]:
         shards[-1].append(name)
         total += size
     return shards
+
+
+def _write_folder(out_dir: pathlib.Path, fill: Callable[[pathlib.Path], None]
+                  ) -> pathlib.Path:
+    """``fill``s a temporary sibling folder and renames it to ``out_dir``; on any error
+    nothing is left behind."""
+    _check_target(out_dir)
+    staging = _make_staging_dir(out_dir)
+    try:
+        fill(staging)
+        try:
+            os.replace(staging, out_dir)
+        except OSError as error:  # out_dir was created or filled meanwhile.
+            raise FileExistsError(f"Refusing to overwrite {str(out_dir)!r}: it appeared "
+                                  "while the checkpoint was being written.") from error
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir
 
 
 def _check_target(out_dir: pathlib.Path) -> None:

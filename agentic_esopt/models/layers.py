@@ -156,10 +156,16 @@ def row_vector(vector: jax.Array, delta: jax.Array | None, ndim: int) -> jax.Arr
 
 
 def project(x: jax.Array, params: dict, deltas: dict) -> jax.Array:
-    """A (perturbed) linear layer with optional bias."""
+    """A (perturbed) linear layer with optional bias, and a LoRA adapter if the params
+    have one: + lora_scale · (x lora_a) lora_b, each factor with its own deltas
+    (``models.lora``)."""
     y = linear(x, params["kernel"], deltas["kernel"])
     if "bias" in params:
         y = y + row_vector(params["bias"], deltas["bias"], y.ndim)
+    if "lora_a" in params:
+        hidden = linear(x, params["lora_a"], deltas["lora_a"])
+        update = linear(hidden, params["lora_b"], deltas["lora_b"], out_dtype=F32)
+        y = (y.astype(F32) + params["lora_scale"] * update).astype(y.dtype)
     return y
 
 

@@ -35,8 +35,9 @@ from agentic_esopt.es import strategy as es_strategy
 from agentic_esopt.models import loading
 from agentic_esopt.training import rules
 
-# Independent key streams derived from the seed.
+# Independent key streams derived from the seed (ADAPTER_STREAM: es.scope=lora's A).
 ES_STREAM, TRAIN_SAMPLING_STREAM, EVAL_SAMPLING_STREAM, GRPO_SHUFFLE_STREAM = 0, 1, 2, 3
+ADAPTER_STREAM = 4
 
 
 @dataclasses.dataclass(frozen=True)

@@ -260,3 +260,27 @@ def test_rounding_settings_are_validated_together():
         es.agentic_esopt(4, 0.1, 0.1, rounding="stochastic", master_weights=True)
     assert "rounding: unknown 'up'" in " ".join(
         es.strategy.Options(rounding="up").problems())
+
+
+@pytest.mark.parametrize("optimizer,noise", [("sgd", "lowrank"), ("sgd", "full"),
+                                             ("adamw", "lowrank")])
+def test_a_scope_moves_only_its_leaves(optimizer, noise):
+    """Scope "lora" moves only the adapter factors; the base leaves (even under adamw's
+    weight decay) and the constant scale stay bitwise as they were."""
+    params = {"layers": {"q_proj": {"kernel": jnp.linspace(-1.0, 1.0, 48).reshape(2, 4, 6),
+                                    "lora_a": jnp.linspace(-0.5, 0.5, 16).reshape(2, 4, 2),
+                                    "lora_b": jnp.zeros((2, 2, 6)),
+                                    "lora_scale": jnp.full((2,), 2.0)}},
+              "embed": {"embedding": jnp.linspace(0.0, 1.0, 12).reshape(3, 4)}}
+    strategy = es.agentic_esopt(8, 0.1, 0.05, noise=noise, rank=2 if noise == "lowrank" else 1,
+                                scope="lora", optimizer=optimizer,
+                                weight_decay=0.1 if optimizer == "adamw" else 0.0)
+    state = strategy.init(0, jax.tree.map(jnp.copy, params))
+    for generation in range(3):
+        state, metrics = strategy.tell(state, strategy.ask(state),
+                                       np.arange(8.0) * (generation + 1))
+    assert float(metrics["update_norm"]) > 0
+    for (path, before), after in zip(jax.tree_util.tree_flatten_with_path(params)[0],
+                                     jax.tree.leaves(state.params), strict=True):
+        moved = not np.array_equal(np.asarray(before), np.asarray(after))
+        assert moved == (path[-1].key in ("lora_a", "lora_b")), path

@@ -1,6 +1,7 @@
 """The contract smoke command (DESIGN.md) as a real run of the training launcher: a tiny ES
 run writes everything, the same command again resumes without redoing a generation (GRPO
-too), and ``experiments.export`` of the run loads in transformers with its final logits.
+and ES over LoRA adapters too), and ``experiments.export`` of the run loads in
+transformers with its final logits (a LoRA run's adapter folder in peft).
 
 Each rule's command runs twice in one workdir (a module fixture) that the tests then read.
 """
@@ -13,6 +14,7 @@ import sys
 from typing import NamedTuple
 
 import numpy as np
+import peft
 import pytest
 import torch
 import transformers
@@ -36,13 +38,17 @@ class SmokeRun(NamedTuple):
     records: list[dict]  # metrics.jsonl after the first run
 
 
-@pytest.fixture(scope="module", params=["es", "grpo"])
+# Each smoke run's flags beyond the contract command's.
+VARIANTS = {"es": ["--config.rule.name=es"], "grpo": ["--config.rule.name=grpo"],
+            "lora": ["--config.es.scope=lora"]}
+
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
 def smoke(request, tmp_path_factory):
     workdir = tmp_path_factory.mktemp(f"smoke_{request.param}")
     command = ["--config=experiments/configs/cpu_default.py", "--config.model.name=tiny",
                "--config.run.generations=2", "--config.es.population_size=4",
-               "--config.eval.size=8", f"--config.rule.name={request.param}",
-               f"--workdir={workdir}"]
+               "--config.eval.size=8", *VARIANTS[request.param], f"--workdir={workdir}"]
     first = launch("experiments.train", *command)
     records = training.metrics.read_metrics(workdir / "metrics.jsonl")
     return SmokeRun(workdir, first, launch("experiments.train", *command), records)
@@ -93,3 +99,29 @@ def test_export_of_the_smoke_run_has_its_final_logits(smoke, tmp_path):
     with torch.no_grad():
         theirs = exported(torch.tensor(ids)).logits.numpy()
     np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("smoke", ["lora"], indirect=True)
+def test_the_adapter_export_of_a_lora_smoke_run_applies_in_peft(smoke, tmp_path):
+    adapter, base = str(tmp_path / "adapter"), str(tmp_path / "base")
+    launch("experiments.export", f"--workdir={smoke.workdir}", f"--out={adapter}")
+    launch("experiments.export", f"--workdir={smoke.workdir}", f"--out={base}", "--step=0",
+           "--merged")
+    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["r"] == 8
+    files = training.RunFiles(smoke.workdir)
+    tiny = models.load("tiny")
+    final = training.checkpoint.restore_workdir_state(
+        files, training.checkpoint.load_config(files), tiny.params)
+    adapters = models.lora.adapted(final.params)
+    assert sorted(name for _, _, name in adapters) == ["q_proj", "v_proj"]
+    ids = np.array([[1, 5, 9, 2, 7, 3]])
+    ours = np.asarray(models.logits(tiny.config, final.params, ids))
+    exported = peft.PeftModel.from_pretrained(
+        transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
+    with torch.no_grad():
+        theirs = exported(torch.tensor(ids)).logits.numpy()
+    np.testing.assert_allclose(theirs, ours, atol=1e-4, rtol=0)
+    loaded = exported.base_model.model.model.layers[1].self_attn.q_proj.lora_A["default"]
+    np.testing.assert_array_equal(  # The run's A (random, unlike B on a reward-less run).
+        loaded.weight.detach().numpy(),
+        np.asarray(adapters[("layers", "attn", "q_proj")]["lora_a"][1]).T)

@@ -4,6 +4,11 @@ The ES settings are the config's ``es`` section (``es.strategy.Options``); the `
 section holds only ``name: es``. The rule keeps the es history (``history.jsonl``: each
 generation's population, rewards and metrics), from which a run resumes, or is
 exported, by a bitwise replay without rollouts.
+
+With ``es.scope=lora`` the rule trains LoRA adapters (``models.lora``): ``init`` adds
+them to the loaded parameters (A drawn from the run's adapter key stream, B zero), so
+every state, checkpoint and history of the run holds them, and the base leaves never
+change.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import jax.numpy as jnp
 
 from agentic_esopt import es
 from agentic_esopt.agents import sources
+from agentic_esopt.models import lora
 from agentic_esopt.training import config as config_lib
 from agentic_esopt.training.rules.base import Rule, StepResult, forward_flops
 
@@ -82,6 +88,8 @@ class ESRule(Rule):
     run_key: jax.Array
     scope: str
     population_size: int
+    adapters: lora.Settings | None = None  # es.scope=lora: the adapters trained.
+    adapter_key: jax.Array | None = None  # Draws the adapters' A.
 
     @property
     def search_members(self) -> int:
@@ -89,7 +97,10 @@ class ESRule(Rule):
 
     def init(self, params: PyTree) -> es.ESState:
         # A copy: ``tell`` consumes the state, and the caller's model keeps its params.
-        return self.strategy.init(self.run_key, jax.tree.map(jnp.copy, params))
+        params = jax.tree.map(jnp.copy, params)
+        if self.adapters is not None:
+            params = lora.add_lora(params, self.adapter_key, self.adapters)
+        return self.strategy.init(self.run_key, params)
 
     def step(self, state: es.ESState, source: sources.RewardSource, model: Any,
              key: jax.Array, trajectory_path: str | None) -> tuple[es.ESState, StepResult]:
@@ -101,7 +112,14 @@ class ESRule(Rule):
         return state, StepResult(population, rewards, {**metrics, "flops": flops})
 
     def check_params(self, params: PyTree) -> None:
-        """Raises ValueError if ``es.scope`` selects no parameter leaf."""
+        """Raises ValueError if ``es.scope`` selects no parameter leaf, or if
+        ``es.lora_targets`` names no projection of the model."""
+        if self.adapters is not None:
+            try:
+                lora.target_projections(params, self.adapters.targets)
+            except ValueError as error:
+                raise ValueError(f"es.lora_targets: {error}") from None
+            return
         leaves = jax.tree_util.tree_flatten_with_path(params)[0]
         if not any(es.noise.in_scope(self.scope, jax.tree_util.keystr(path), leaf)
                    for path, leaf in leaves):
@@ -114,5 +132,10 @@ class ESRule(Rule):
 
 def make(config: Any) -> ESRule:
     """The ES rule of a ``TrainConfig``."""
-    return ESRule(make_strategy(config), config_lib.run_key(config), config.es.scope,
-                  config.es.population_size)
+    options = config.es
+    adapters = (lora.Settings(options.lora_rank, options.lora_alpha,
+                              options.lora_target_names)
+                if options.scope == "lora" else None)
+    return ESRule(make_strategy(config), config_lib.run_key(config), options.scope,
+                  options.population_size, adapters,
+                  config_lib.stream_key(config, config_lib.ADAPTER_STREAM))
