@@ -92,7 +92,12 @@ def save_or_check_config(files: RunFiles, config: TrainConfig, write: bool = Tru
             atomic_write_text(files.config, json.dumps(config.to_dict(), indent=2) + "\n")
         return
     with open(files.config, encoding="utf-8") as f:
-        saved = _without_layout(json.load(f))
+        recorded = json.load(f)
+    try:  # Fields added since the run was recorded take their defaults.
+        recorded = TrainConfig.from_dict(recorded).to_dict()
+    except ValueError:  # Fields since removed or renamed: compared as recorded.
+        pass
+    saved = _without_layout(recorded)
     current = _without_layout(config.to_dict())
     changed = [f"{name}: {saved.get(name, '<missing>')!r} in the workdir, "
                f"{current.get(name, '<missing>')!r} now"

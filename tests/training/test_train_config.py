@@ -173,3 +173,19 @@ def test_a_workdir_resumes_under_another_cache_layout_but_not_another_model(tmp_
     with pytest.raises(ValueError, match="model.dtype: 'float32' in the workdir"):
         training.checkpoint.save_or_check_config(files, VALID.replace(model=dict(
             dtype="bfloat16")))
+
+
+def test_a_workdir_recorded_before_an_option_existed_resumes_at_its_default(tmp_path):
+    files = training.RunFiles(str(tmp_path))
+    training.checkpoint.save_or_check_config(files, VALID)
+    with open(files.config, encoding="utf-8") as f:
+        recorded = json.load(f)
+    for name in ("lora_rank", "lora_alpha", "lora_targets", "rounding"):
+        del recorded["es"][name]
+    with open(files.config, "w", encoding="utf-8") as f:
+        json.dump(recorded, f)
+    training.checkpoint.save_or_check_config(files, VALID)
+    with pytest.raises(ValueError, match="es.rounding: 'nearest' in the workdir, "
+                                         "'stochastic' now"):
+        training.checkpoint.save_or_check_config(files, VALID.replace(es=dict(
+            rounding="stochastic")))
