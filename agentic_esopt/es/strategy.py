@@ -15,8 +15,10 @@ the leaf, per step), so it never holds more than O(one leaf) of noise whatever G
 ``tell`` consumes its state: the update donates it, so the new state reuses its buffers
 (copy a state, or the params given to ``init``, that must outlive it). With an
 ``Algorithm.elementwise`` optimizer (plain SGD) each leaf's estimate is regenerated,
-transformed and applied before the next leaf's begins, so the update holds θ plus a few
-of its largest leaf. Any other transformation gets the whole float32 estimate at once
+transformed and applied before the next leaf's begins, and a low-rank matrix larger than
+``Algorithm.block_bytes`` a block of rows at a time (bit for bit the whole leaf's), so the
+update holds θ plus a few blocks (full-rank and stochastically rounded leaves: a few of
+the largest leaf). Any other transformation gets the whole float32 estimate at once
 (+1× float32 θ): one that reads the whole tree (``clip_by_global_norm``, ``masked``,
 L-BFGS, line searches) must, and Adam/AdamW, element-wise as they are, stay whole so
 results stay bitwise: compiled per leaf, XLA turns their bias-correction division x/c into
