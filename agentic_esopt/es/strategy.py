@@ -18,8 +18,10 @@ Leaves outside the scope are left exactly as they are: no estimate, no optimizer
 ``tell`` consumes its state: the update donates it, so the new state reuses its buffers
 (copy a state, or the params given to ``init``, that must outlive it). With an
 ``Algorithm.elementwise`` optimizer (plain SGD) each leaf's estimate is regenerated,
-transformed and applied before the next leaf's begins, so the update holds θ plus a few
-of its largest leaf. Any other transformation gets the whole float32 estimate at once
+transformed and applied before the next leaf's begins, and a low-rank matrix larger than
+``Algorithm.block_bytes`` a block of rows at a time (bit for bit the whole leaf's), so the
+update holds θ plus a few blocks (full-rank and stochastically rounded leaves: a few of
+the largest leaf). Any other transformation gets the whole float32 estimate at once
 (+1× float32 θ): one that reads the whole tree (``clip_by_global_norm``, ``masked``,
 L-BFGS, line searches) must, and Adam/AdamW, element-wise as they are, stay whole so
 results stay bitwise: compiled per leaf, XLA turns their bias-correction division x/c into
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any, Callable, NamedTuple
 
 import flax.struct
@@ -54,6 +57,8 @@ PyTree = Any
 OPTIMIZERS = ("sgd", "adam", "adamw")
 ROUNDINGS = ("nearest", "stochastic")
 _ROUNDING_STREAM = 0x7FFFFFFF  # Folded into the run key for rounding keys (≠ any generation).
+UPDATE_BLOCK_BYTES = 16 * 2**20  # The default float32 block of an in-place leaf update.
+_MIN_DOT_ROWS = 256  # Rows of a matrix's block at least (see _min_block_rows).
 
 
 @flax.struct.dataclass
@@ -122,6 +127,9 @@ class Algorithm(NamedTuple):
         estimates, transforms and applies one leaf after another.
       rounding: "nearest" or "stochastic": how updated low-precision leaves round.
       master_weights: keep float32 copies of low-precision leaves in the optimizer state.
+      block_bytes: with ``elementwise``, a low-rank matrix leaf larger than this many
+        float32 bytes is updated a block of rows at a time (``block_rows``), bit for bit
+        as whole; 0 updates whole leaves.
     """
 
     shape: Callable[[jax.Array], jax.Array]
@@ -132,6 +140,7 @@ class Algorithm(NamedTuple):
     elementwise: bool = False
     rounding: str = "nearest"
     master_weights: bool = False
+    block_bytes: int = 0
 
 
 def raw_key(key: jax.Array | int) -> jax.Array:
@@ -156,7 +165,8 @@ def settings_problems(*, population_size: int, noise: str, rank: int, antithetic
                       sigma_warmup: int, learning_rate: float | None,
                       optimizer: str | optax.GradientTransformation, weight_decay: float,
                       fitness: str, rounding: str = "nearest",
-                      master_weights: bool = False) -> list[str]:
+                      master_weights: bool = False,
+                      update_block_bytes: int = UPDATE_BLOCK_BYTES) -> list[str]:
     """Every problem of a set of ES settings (the trainer checks σ warmup < generations).
 
     Args:
@@ -168,6 +178,7 @@ def settings_problems(*, population_size: int, noise: str, rank: int, antithetic
       fitness: one of ``fitness.SHAPERS``.
       rounding: one of ``ROUNDINGS``, how updated low-precision leaves round.
       master_weights: keep float32 copies of low-precision leaves.
+      update_block_bytes: ``Algorithm.block_bytes``, an int >= 0.
     """
     problems: list[str] = []
     check = options_lib.checker(problems)
@@ -211,29 +222,47 @@ def settings_problems(*, population_size: int, noise: str, rank: int, antithetic
     check(not (master_weights and rounding == "stochastic"),
           "rounding='stochastic' and master_weights are alternatives: float32 master "
           "weights are exact, so choose one")
+    check(isinstance(update_block_bytes, int) and not isinstance(update_block_bytes, bool)
+          and update_block_bytes >= 0,
+          f"update_block_bytes must be an int >= 0 (0: whole leaves), got "
+          f"{update_block_bytes!r}")
     return problems
 
 
-def _estimate_leaf(path_string: str, leaf: jax.Array, keys: jax.Array, coeffs: jax.Array,
-                   noise: str, rank: int) -> jax.Array:
-    """Σ_j coeffs_j ε_j for one leaf, regenerating one member's noise per loop step."""
-    if noise == "lowrank" and noise_lib.is_matrix(path_string, leaf.shape):
-        return _estimate_lowrank_leaf(path_string, leaf.shape, keys, coeffs, rank)
+def _rows(x: jax.Array, block: tuple[Any, int] | None, axis: int = 0) -> jax.Array:
+    """The rows ``block`` = (start, size) of ``x`` along ``axis`` (all of ``x`` if None)."""
+    return x if block is None else jax.lax.dynamic_slice_in_dim(x, block[0], block[1], axis)
+
+
+def _rows_shape(shape: tuple[int, ...], block: tuple[Any, int] | None) -> tuple[int, ...]:
+    return shape if block is None else (block[1], *shape[1:])
+
+
+def _estimate_leaf(path_string: str, shape: tuple[int, ...], keys: jax.Array,
+                   coeffs: jax.Array, noise: str, rank: int,
+                   block: tuple[Any, int] | None = None) -> jax.Array:
+    """Σ_j coeffs_j ε_j for one leaf (its rows ``block``: low-rank matrices only),
+    regenerating one member's noise per loop step."""
+    if noise == "lowrank" and noise_lib.is_matrix(path_string, shape):
+        return _estimate_lowrank_leaf(path_string, shape, keys, coeffs, rank, block)
 
     def add_member(j, total):
-        return total + coeffs[j] * noise_lib.leaf_noise(keys[j], path_string, leaf.shape,
-                                                        noise, rank)
+        return total + coeffs[j] * noise_lib.leaf_noise(keys[j], path_string, shape, noise,
+                                                        rank)
 
     return jax.lax.fori_loop(0, keys.shape[0], add_member,
-                             jnp.zeros(leaf.shape, jnp.float32))
+                             jnp.zeros(shape, jnp.float32))
 
 
 def _estimate_lowrank_leaf(path_string: str, shape: tuple[int, ...], keys: jax.Array,
-                           coeffs: jax.Array, rank: int) -> jax.Array:
+                           coeffs: jax.Array, rank: int,
+                           block: tuple[Any, int] | None = None) -> jax.Array:
     """Σ_j coeffs_j A_j B_jᵀ/√r as matmuls over chunks of members.
 
     A chunk's factors hold at most one leaf's worth of numbers, so memory stays O(leaf)
-    while each step is one (in × chunk·r) @ (chunk·r × out) matmul.
+    while each step is one (in × chunk·r) @ (chunk·r × out) matmul. The rows ``block``
+    of the estimate take the same rows of A (and of B where they are a batch axis), so
+    they are the whole estimate's rows, entry for entry.
     """
     *_, n_in, n_out = shape
     size = keys.shape[0]
@@ -249,10 +278,13 @@ def _estimate_lowrank_leaf(path_string: str, shape: tuple[int, ...], keys: jax.A
         factors = jax.vmap(lambda k: noise_lib.lowrank_factors(
             noise_lib.leaf_key(k, path_string), shape, rank))(keys[j])
         a, b = factors
-        a = a * coeffs[j].reshape((-1,) + (1,) * (a.ndim - 1))
+        a = _rows(a * coeffs[j].reshape((-1,) + (1,) * (a.ndim - 1)), block, axis=1)
+        if len(shape) > 2:  # Axis 0 is a batch axis of both factors.
+            b = _rows(b, block, axis=1)
         return total + jnp.einsum("c...ir,c...or->...io", a, b)
 
-    return jax.lax.fori_loop(0, num_chunks, add_chunk, jnp.zeros(shape, jnp.float32))
+    return jax.lax.fori_loop(0, num_chunks, add_chunk,
+                             jnp.zeros(_rows_shape(shape, block), jnp.float32))
 
 
 def _noise_draws(population: noise_lib.Population, weights: jax.Array,
@@ -266,13 +298,13 @@ def _noise_draws(population: noise_lib.Population, weights: jax.Array,
 
 
 def _scoped_estimate(population: noise_lib.Population, path_string: str, leaf: jax.Array,
-                     keys: jax.Array, coeffs: jax.Array, scale: jax.Array | float
-                     ) -> jax.Array:
-    """One leaf's ĝ (float32; zeros outside the scope)."""
+                     keys: jax.Array, coeffs: jax.Array, scale: jax.Array | float,
+                     block: tuple[Any, int] | None = None) -> jax.Array:
+    """One leaf's ĝ, or its rows ``block`` (float32; zeros outside the scope)."""
     if not noise_lib.in_scope(population.scope, path_string, leaf):
-        return jnp.zeros(leaf.shape, jnp.float32)
-    return scale * _estimate_leaf(path_string, leaf, keys, coeffs, population.noise,
-                                  population.rank)
+        return jnp.zeros(_rows_shape(leaf.shape, block), jnp.float32)
+    return scale * _estimate_leaf(path_string, leaf.shape, keys, coeffs, population.noise,
+                                  population.rank, block)
 
 
 def stochastic_round(x: jax.Array, dtype: Any, key: jax.Array) -> jax.Array:
@@ -356,10 +388,105 @@ def _zero_after(leaf: jax.Array, square: jax.Array) -> jax.Array:
     return 0.0 * jnp.where(jnp.isfinite(value), value, 0.0)
 
 
+def block_rows(shape: tuple[int, ...], block_bytes: int, min_rows: int = 1) -> int:
+    """Rows (entries of axis 0) per block of a leaf's in-place update: as many as fit
+    ``block_bytes`` of float32, at least ``min_rows``; all of them if that leaves fewer
+    than two blocks or ``block_bytes`` is 0. The last block also takes the remainder."""
+    rows = shape[0] if shape else 1
+    if not shape or not block_bytes:
+        return rows
+    size = max(min_rows, block_bytes // (4 * math.prod(shape[1:])), 1)
+    return size if 2 * size <= rows else rows
+
+
+def _min_block_rows(algorithm: Algorithm, population: noise_lib.Population,
+                    path_string: str, leaf: jax.Array) -> int | None:
+    """The fewest rows a block of this leaf may have, or None: update it whole.
+
+    Only low-rank matrices are cut: a block's estimate comes from the same rows of the
+    small factors. Threefry draws (full-rank noise, stochastic rounding's uniforms) cover
+    the whole leaf; a block of them is a slice of the whole draw, which XLA:CPU computes
+    whole for every block. A single matrix's estimate is a dot product over its rows, and
+    XLA:CPU picks other kernels, whose sums round differently, for dots of a few rows
+    (below ~64), so its blocks keep ``_MIN_DOT_ROWS``; stacked layers cut anywhere.
+    """
+    if not (population.noise == "lowrank"
+            and noise_lib.is_matrix(path_string, leaf.shape)
+            and noise_lib.in_scope(population.scope, path_string, leaf)
+            and not (algorithm.rounding == "stochastic" and _low_precision(leaf))):
+        return None
+    return _MIN_DOT_ROWS if leaf.ndim == 2 else 1
+
+
+def _update_rows(algorithm: Algorithm, population: noise_lib.Population, path_string: str,
+                 leaf: jax.Array, master: jax.Array | None, leaf_state: PyTree,
+                 draws: tuple[jax.Array, jax.Array], scale: jax.Array | float,
+                 rounding_key: jax.Array, block: tuple[Any, int] | None
+                 ) -> tuple[jax.Array, jax.Array | None, PyTree, jax.Array]:
+    """The rows ``block`` of one leaf (all if None) estimated, transformed and stepped:
+    (leaf rows, master rows or None, optimizer state, Σ step²).
+
+    ``leaf_state``'s arrays shaped like the leaf (moments) are cut to the block; the rest
+    (step counts) are the same for every block.
+    """
+    def cut(x):
+        return _rows(x, block) if x.shape == leaf.shape else x
+
+    descent = -_scoped_estimate(population, path_string, leaf, *draws, scale, block)
+    rows, master_rows = _rows(leaf, block), None if master is None else _rows(master, block)
+    step, leaf_state = algorithm.optimizer.update(
+        descent, jax.tree.map(cut, leaf_state), rows if master is None else master_rows)
+    rows, master_rows = _apply_step(algorithm, rows, master_rows, step,
+                                    noise_lib.leaf_key(rounding_key, path_string))
+    return rows, master_rows, leaf_state, jnp.sum(step * step)
+
+
+def _update_leaf(algorithm: Algorithm, population: noise_lib.Population, path_string: str,
+                 leaf: jax.Array, master: jax.Array | None, leaf_state: PyTree,
+                 draws: tuple[jax.Array, jax.Array], scale: jax.Array | float,
+                 rounding_key: jax.Array) -> tuple[jax.Array, jax.Array | None, PyTree,
+                                                   jax.Array]:
+    """``_update_rows`` over the whole leaf; a low-rank matrix (``_min_block_rows``) one
+    block of rows (``block_rows``) at a time, in place: the temporaries are one block's.
+    Every entry is computed as the whole leaf's would be (noise entries, factor rows and
+    element-wise steps are the same), so the result is the same bit for bit; Σ step² is
+    summed by block."""
+    min_rows = _min_block_rows(algorithm, population, path_string, leaf)
+    size = None if min_rows is None else block_rows(leaf.shape, algorithm.block_bytes,
+                                                    min_rows)
+    if size is None or size == leaf.shape[0]:
+        return _update_rows(algorithm, population, path_string, leaf, master, leaf_state,
+                            draws, scale, rounding_key, None)
+
+    def update_block(start, rows, carry):
+        leaf, master, state, square = carry
+        # Moments come from the carry (updated so far), the rest from the input state.
+        state_in = jax.tree.map(lambda now, given: now if now.shape == leaf.shape else given,
+                                state, leaf_state)
+        new_rows, master_rows, state_rows, block_square = _update_rows(
+            algorithm, population, path_string, leaf, master, state_in, draws, scale,
+            rounding_key, (start, rows))
+
+        def put(full, part):
+            return jax.lax.dynamic_update_slice_in_dim(full, part, start, 0)
+
+        state = jax.tree.map(lambda now, part: put(now, part) if now.shape == leaf.shape
+                             else part, state, state_rows)
+        return (put(leaf, new_rows), None if master is None else put(master, master_rows),
+                state, square + block_square)
+
+    last = (leaf.shape[0] // size - 1) * size  # The last block takes the remainder.
+    carry = jax.lax.fori_loop(0, last // size,
+                              lambda i, carry: update_block(i * size, size, carry),
+                              (leaf, master, leaf_state, jnp.zeros((), jnp.float32)))
+    return update_block(last, leaf.shape[0] - last, carry)
+
+
 def _update_leafwise(algorithm: Algorithm, state: ESState, population: noise_lib.Population,
                      draws: tuple[jax.Array, jax.Array], scale: jax.Array | float,
                      rounding_key: jax.Array) -> tuple[PyTree, PyTree, list[jax.Array]]:
-    """Estimate, transform and apply one leaf after another (``Algorithm.elementwise``).
+    """Estimate, transform and apply one leaf after another (``Algorithm.elementwise``),
+    a leaf larger than ``Algorithm.block_bytes`` block by block (``_update_leaf``).
 
     Each leaf's noise coefficients depend (by an added zero) on the previous leaf's
     updated values, so XLA schedules the leaves in turn and no two leaves' estimates are
@@ -377,13 +504,11 @@ def _update_leafwise(algorithm: Algorithm, state: ESState, population: noise_lib
         if noise_lib.in_scope(population.scope, path_string, leaf):
             if previous is not None:
                 coeffs = coeffs + _zero_after(*previous)
-            descent = -_scoped_estimate(population, path_string, leaf, keys, coeffs, scale)
-            step, leaf_state = algorithm.optimizer.update(descent, leaf_state,
-                                                          leaf if master is None else master)
-            leaf, master = _apply_step(algorithm, leaf, master, step,
-                                       noise_lib.leaf_key(rounding_key, path_string))
-            squares.append(jnp.sum(step * step))
-            previous = (leaf, squares[-1])
+            leaf, master, leaf_state, square = _update_leaf(
+                algorithm, population, path_string, leaf, master, leaf_state,
+                (keys, coeffs), scale, rounding_key)
+            squares.append(square)
+            previous = (leaf, square)
         leaves.append(leaf)
         new_masters.append(master)
         new_states.append(leaf_state)
@@ -500,6 +625,10 @@ class Options:
     master_weights: bool = options_lib.field(False, "Keep float32 copies of bfloat16/"
                                                     "float16 parameters in the optimizer "
                                                     "state (exact; +4 bytes per entry).")
+    update_block_bytes: int = options_lib.field(
+        UPDATE_BLOCK_BYTES, "SGD updates low-rank matrices in place a block of rows of at "
+                            "most this many float32 bytes at a time (0: whole leaves); "
+                            "the result is the same bit for bit.")
 
     @property
     def lora_target_names(self) -> tuple[str, ...]:

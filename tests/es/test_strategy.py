@@ -284,3 +284,108 @@ def test_a_scope_moves_only_its_leaves(optimizer, noise):
                                      jax.tree.leaves(state.params), strict=True):
         moved = not np.array_equal(np.asarray(before), np.asarray(after))
         assert moved == (path[-1].key in ("lora_a", "lora_b")), path
+
+
+BLOCK_TREE = {  # Leaves a tiny block budget cuts unevenly: 256 + 344, 16 + 16 + 18, 5 × 1.
+    "embed": jnp.linspace(-1.0, 1.0, 600 * 6).reshape(600, 6),
+    "bias": jnp.linspace(0.0, 1.0, 50),
+    "stacked": jnp.linspace(-0.5, 0.5, 5 * 7 * 3).reshape(5, 7, 3),
+    "norm": {"scale": jnp.ones((3,))},
+}
+
+
+def blocked_and_whole(strategy_of, dtype=jnp.float32, generations=2):
+    """(final state, update norms) of ``strategy_of(update_block_bytes)`` for a 64-byte
+    block budget and for whole leaves."""
+    results = []
+    for block_bytes in (64, 0):
+        strategy = strategy_of(block_bytes)
+        state = strategy.init(1, jax.tree.map(lambda p: jnp.array(p, dtype), BLOCK_TREE))
+        norms = []
+        for generation in range(generations):
+            rewards = np.random.default_rng(generation).normal(size=6)
+            state, metrics = strategy.tell(state, strategy.ask(state), rewards)
+            norms.append(float(metrics["update_norm"]))
+        results.append((state, norms))
+    return results
+
+
+def assert_same_bits(x, y):
+    for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_block_rows_fit_the_budget_and_the_last_block_takes_the_rest():
+    assert es.strategy.block_rows((600, 6), 64, min_rows=256) == 256  # 256 + 344.
+    assert es.strategy.block_rows((50,), 64) == 16  # 16 + 16 + 18.
+    assert es.strategy.block_rows((5, 7, 3), 64) == 1  # A row is 84 bytes: one per block.
+    assert es.strategy.block_rows((49152, 576), 16 * 2**20) == 7281
+    assert es.strategy.block_rows((50,), 120) == 50  # 30 + 20 rows: fewer than two blocks.
+    assert es.strategy.block_rows((50,), 0) == 50 and es.strategy.block_rows((), 64) == 1
+
+
+@pytest.mark.parametrize("noise,antithetic,precision,scope", [
+    ("lowrank", False, "float32", "full"), ("lowrank", True, "float32", "embed|stacked"),
+    ("lowrank", False, "float32", "stacked"), ("lowrank", True, "master", "full"),
+    ("lowrank", False, "master", "embed|stacked"), ("lowrank", True, "stochastic", "full"),
+    ("full", True, "float32", "full")])  # Stochastic rounding and full noise: whole.
+def test_blocked_update_is_the_whole_leaf_update_bit_for_bit(noise, antithetic, precision,
+                                                             scope):
+    def strategy_of(block_bytes):
+        return es.agentic_esopt(6, 0.1, 0.3, noise=noise, rank=2 if noise == "lowrank" else 1,
+                                antithetic=antithetic, scope=scope,
+                                rounding="stochastic" if precision == "stochastic" else
+                                "nearest", master_weights=precision == "master",
+                                update_block_bytes=block_bytes)
+
+    dtype = jnp.float32 if precision == "float32" else jnp.bfloat16
+    (blocked, blocked_norms), (whole, whole_norms) = blocked_and_whole(strategy_of, dtype)
+    assert_same_bits(blocked.params, whole.params)
+    assert_same_bits(blocked.opt_state, whole.opt_state)
+    np.testing.assert_allclose(blocked_norms, whole_norms, rtol=1e-6)  # Summed by block.
+    assert not np.array_equal(np.asarray(whole.params["stacked"], np.float32),
+                              np.asarray(BLOCK_TREE["stacked"]))  # In every scope here.
+
+
+def test_blocked_update_cuts_per_entry_optimizer_state_bit_for_bit():
+    """SGD with momentum keeps a trace per entry: each block steps its own rows."""
+    def strategy_of(block_bytes):
+        algorithm = es.strategy.Algorithm(
+            shape=es.fitness.zscore, scale=lambda population: 1.0 / population.size,
+            optimizer=optax.sgd(0.3, momentum=0.9), learning_rate=es.schedules.constant(0.3),
+            spec={}, elementwise=True, block_bytes=block_bytes)
+        return es.strategy.make(es.strategy.Sampling(6, es.schedules.constant(0.1),
+                                                     "lowrank", 2), algorithm)
+
+    (blocked, _), (whole, _) = blocked_and_whole(strategy_of, generations=3)
+    assert_same_bits(blocked.params, whole.params)
+    assert_same_bits(blocked.opt_state, whole.opt_state)
+    assert np.any(np.asarray(jax.tree.leaves(whole.opt_state)[0]) != 0)
+
+
+@pytest.mark.parametrize("noise", ["lowrank", "full"])
+def test_blocked_update_holds_a_block_not_the_leaf(noise):
+    """The temporaries of updating a 32 MB low-rank leaf in 1 MB blocks are a few blocks;
+    full-rank leaves stay whole (a block of a threefry draw costs the whole draw)."""
+    params = {"embed": jax.ShapeDtypeStruct((16384, 512), jnp.float32)}
+    temps = {}
+    for block_bytes in (2**20, 0):
+        strategy = es.agentic_esopt(8, 1e-3, 1e-3, noise=noise, antithetic=True,
+                                    update_block_bytes=block_bytes)
+        state = jax.eval_shape(lambda p, s=strategy: s.init(0, p), params)
+        population = jax.eval_shape(strategy.ask, state)
+        compiled = strategy.update.lower(state, population,
+                                         jax.ShapeDtypeStruct((8,), jnp.float32)).compile()
+        temps[block_bytes] = compiled.memory_analysis().temp_size_in_bytes
+    assert temps[0] >= 2**25  # At least the leaf's float32 estimate.
+    if noise == "lowrank":
+        assert temps[2**20] < 6 * 2**20, temps
+    else:
+        assert temps[2**20] == temps[0], temps
+
+
+def test_update_block_bytes_is_validated():
+    with pytest.raises(ValueError, match="update_block_bytes must be an int >= 0"):
+        es.agentic_esopt(4, 0.1, 0.1, update_block_bytes=-1)
+    assert any("update_block_bytes" in problem for problem in
+               es.strategy.Options(update_block_bytes=1.5).problems())

@@ -36,7 +36,9 @@ def agentic_esopt(population_size: int,
                   weight_decay: float = 0.0,
                   scale_by_sigma: bool = False,
                   rounding: str = "nearest",
-                  master_weights: bool = False) -> strategy_lib.Strategy:
+                  master_weights: bool = False,
+                  update_block_bytes: int = strategy_lib.UPDATE_BLOCK_BYTES
+                  ) -> strategy_lib.Strategy:
     """Builds the Agentic ESOpt strategy.
 
     Args:
@@ -55,6 +57,8 @@ def agentic_esopt(population_size: int,
       rounding: "nearest" or "stochastic" (unbiased), how updated low-precision leaves
         round (``strategy.ROUNDINGS``).
       master_weights: keep float32 copies of low-precision leaves in the optimizer state.
+      update_block_bytes: SGD updates leaves in place in blocks of rows of at most this
+        many float32 bytes (0: whole leaves); bitwise the same, so not in the spec.
 
     Returns:
       A ``Strategy`` of pure functions.
@@ -71,7 +75,7 @@ def agentic_esopt(population_size: int,
         learning_rate=(None if learning_rate is None
                        else schedules.as_schedule(learning_rate).start),
         optimizer=optimizer, weight_decay=weight_decay, fitness=fitness, rounding=rounding,
-        master_weights=master_weights)
+        master_weights=master_weights, update_block_bytes=update_block_bytes)
     if problems:
         raise ValueError("invalid ES settings:\n  " + "\n  ".join(problems))
     custom = isinstance(optimizer, optax.GradientTransformation)
@@ -86,7 +90,7 @@ def agentic_esopt(population_size: int,
                   weight_decay=weight_decay, scale_by_sigma=scale_by_sigma,
                   rounding=rounding, master_weights=master_weights),
         elementwise=optimizer == "sgd",  # Adam stays whole-tree: see es.strategy.
-        rounding=rounding, master_weights=master_weights)
+        rounding=rounding, master_weights=master_weights, block_bytes=update_block_bytes)
     sampling = strategy_lib.Sampling(population_size, sigma, noise, rank, antithetic, scope)
     return strategy_lib.make(sampling, algorithm)
 
@@ -114,4 +118,5 @@ def from_options(options: strategy_lib.Options, generations: int) -> strategy_li
                          fitness=options.fitness, scope=options.scope,
                          optimizer=options.optimizer, weight_decay=options.weight_decay,
                          scale_by_sigma=options.scale_by_sigma, rounding=options.rounding,
-                         master_weights=options.master_weights)
+                         master_weights=options.master_weights,
+                         update_block_bytes=options.update_block_bytes)
