@@ -215,8 +215,7 @@ def main(argv):
         runs += matched
     rows = tabulate(runs, outcomes, results)
     table = table_markdown(rows)
-    failures = {name: outcome for name, outcome in outcomes.items()
-                if outcome not in ("ok", grid.NOT_RUN)}
+    failures = {name: outcome for name, outcome in outcomes.items() if grid.failed(outcome)}
     not_run = sum(outcome == grid.NOT_RUN for outcome in outcomes.values())
     grid.write_table(results, rows, table, runs=len(runs), failures=failures)
     if rows:

@@ -78,6 +78,11 @@ def copy_results(source: str, target: str) -> None:
             shutil.copy2(os.path.join(source, name), os.path.join(target, name))
 
 
+def failed(outcome: str) -> bool:
+    """Whether a ``run_all`` outcome is a failure (not "ok", not ``NOT_RUN``)."""
+    return outcome not in ("ok", NOT_RUN)
+
+
 def run_all(runs: Sequence[Run], workdir: str, results: str,
             train: Callable[..., Any] = training.train,
             run_missing: bool = True) -> dict[str, str]:

@@ -76,7 +76,7 @@ def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, 
         mine = [run for run in runs if run.cell == cell]
         done = [os.path.join(results, r.name) for r in mine if outcomes[r.name] == "ok"]
         failures = [f"seed {r.seed}: {outcomes[r.name]}" for r in mine
-                    if outcomes[r.name] not in ("ok", grid.NOT_RUN)]
+                    if grid.failed(outcomes[r.name])]
         row = grid.cell_row(done) if done else dict(seeds=0, seed_finals=[])
         rows.append(dict(point=point, cell=cell, failures=failures, **row))
     return rows
