@@ -14,7 +14,8 @@ Methods:
 * ``es_constant``: ES with σ fixed at ``es.sigma_start`` (only at ``--sigma_horizon``);
 * ``es_compute`` (with ``--compute_matched``): ES given GRPO's measured training time: as
   many generations as GRPO's steps take at that horizon, at ES's time per generation
-  (medians per step over the seeds' runs; configured once both have finished).
+  (each method's undisturbed step time, ``grid.step_time``: the least of its seeds' median
+  steps; configured once both have finished).
 
 Per (horizon, method) the table gives, over seeds, the held-out success before and
 after, each seed's final, the mean change ± its s.e. across seeds, wall time and
@@ -101,7 +102,7 @@ def grid_runs(shared: training.TrainConfig, horizons: list[int],
 
 def compute_matched_runs(shared, horizons, seeds, results: str) -> list[grid.Run]:
     """ES runs with as many generations as GRPO's training time per run buys at ES's time
-    per generation (medians per generation, from the finished es and grpo runs), per
+    per generation (``grid.step_time`` of the finished es and grpo runs), per
     horizon; evaluations cost both methods the same and are left out."""
     runs = []
     for horizon in horizons:

@@ -182,18 +182,19 @@ def seeds_text(row: dict, name: str) -> str:
     return ", ".join(f"{v:.3f}" for v in row[f"{name}_seeds"])
 
 
-def median_step_time(directories: Sequence[str]) -> float:
-    """The median wall time of one training generation (or step) over the runs' records:
-    robust to the spells when other jobs shared the machine."""
-    return float(np.median([r["wall_time_s"] for d in directories
-                            for r in train_records(d)]))
+def step_time(directories: Sequence[str]) -> float:
+    """The wall time of one training generation (or step) of these runs when nothing
+    else slowed them: each run's median step (robust to a spell when another job shared
+    the machine), then the least of those (a run that shared it throughout)."""
+    return min(float(np.median([r["wall_time_s"] for r in train_records(d)]))
+               for d in directories)
 
 
 def compute_matched_generations(directories: Sequence[str], other: Sequence[str],
                                 steps: int) -> int:
     """How many generations at ``other``'s time per generation ``steps`` of
-    ``directories``' runs take (medians per step; evaluations are left out)."""
-    return math.floor(steps * median_step_time(directories) / median_step_time(other))
+    ``directories``' runs take (``step_time``; evaluations are left out)."""
+    return math.floor(steps * step_time(directories) / step_time(other))
 
 
 def write_table(workdir: str, rows: list[dict], markdown: str, **extra: Any) -> None:

@@ -140,16 +140,18 @@ def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_p
     assert 0 <= rows[0]["zero_spread_share"] <= 1
 
 
-def test_compute_matching_buys_the_generations_the_median_step_times_give(tmp_path):
+def test_compute_matching_buys_the_generations_the_undisturbed_step_times_give(tmp_path):
     directories = {}
     for method, step_times in (("grpo", [10.0, 10.0, 500.0]), ("es", [2.0, 2.5, 60.0])):
-        for seed in (0, 1):
+        for seed, slowdown in ((0, 3.0), (1, 1.0)):  # Seed 0 shared the machine throughout.
             directory = tmp_path / method / f"seed{seed}"
             directory.mkdir(parents=True)
             (directory / "metrics.jsonl").write_text("".join(
-                json.dumps(dict(kind="train", generation=g, wall_time_s=t)) + "\n"
+                json.dumps(dict(kind="train", generation=g, wall_time_s=slowdown * t)) + "\n"
                 for g, t in enumerate(step_times)))
             directories.setdefault(method, []).append(str(directory))
-    # 3 GRPO steps of (median) 10 s buy 12 ES generations of (median) 2.5 s; the slow
-    # spells (500 s, 60 s) do not count.
+    # 3 GRPO steps of 10 s (seed 1's median) buy 12 ES generations of 2.5 s; neither the
+    # slow spells (500 s, 60 s) nor the run slowed throughout count.
     assert grid.compute_matched_generations(directories["grpo"], directories["es"], 3) == 12
+    assert grid.compute_matched_generations(directories["es"], directories["grpo"], 40) == 10
+
