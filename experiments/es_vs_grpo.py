@@ -147,27 +147,14 @@ def minus_grpo(directories: list[str], grpo_directories: list[str]) -> list[floa
     return list(grid.bootstrap_difference([e[1] for e in es_runs], [g[1] for g in grpo_runs]))
 
 
-def estimated_flops(directory: str) -> float | None:
-    """The run's estimated FLOPs from its metrics (``flops`` per record), if recorded."""
-    records = [r for r in grid.train_records(directory)]
-    if not records or "flops" not in records[0]:
-        return None
-    return float(sum(r["flops"] for r in records))
-
-
 def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> list[dict]:
     """One row per (horizon, method) over its finished seeds."""
-    cells: dict[str, list[str]] = {}
-    for run in runs:
-        if outcomes[run.name] == "ok":
-            cells.setdefault(run.cell, []).append(os.path.join(results, run.name))
+    cells = grid.finished_cells(runs, outcomes, results)
     rows = []
     for cell, directories in cells.items():
         horizon, method = int(cell.split(os.sep)[0][len("blanks"):]), cell.split(os.sep)[1]
-        flops = [estimated_flops(d) for d in directories]
         row = dict(horizon=horizon, method=method, **grid.cell_row(directories),
-                   zero_spread_share=zero_spread_share(directories, method),
-                   flops=None if None in flops else float(np.mean(flops)))
+                   zero_spread_share=zero_spread_share(directories, method))
         if method != "grpo":
             row["minus_grpo_ci95"] = minus_grpo(
                 directories, cells.get(os.path.join(f"blanks{horizon}", "grpo"), []))

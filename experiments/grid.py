@@ -12,8 +12,8 @@ are rebuilt from them.
 Across seeds, a cell's row gives each seed's value, their mean and the s.e. across seeds
 (std with ddof=1 over √seeds): held-out success and mean reward before and after, the
 change, and wall time per run. Two methods evaluated on the same puzzles compare by a
-hierarchical bootstrap (``bootstrap_difference``). Sweep axes are parsed here too
-(``parse_grid``: ``'section.option=v1,v2;...'``).
+hierarchical bootstrap (``bootstrap_difference``). Sweep grids are parsed here too
+(``grid_points``: ``'section.option=v1,v2;...'``, grids joined by ``|``).
 """
 
 from __future__ import annotations
@@ -159,10 +159,21 @@ def across_seeds(values: Sequence[float]) -> tuple[float, float]:
     return sources.mean_and_standard_error(values)
 
 
+def run_flops(directory: str) -> float | None:
+    """A run's estimated training FLOPs (the sum of its records' ``flops``), None for a
+    run recorded before they were."""
+    records = train_records(directory)
+    if not records or "flops" not in records[0]:
+        return None
+    return float(sum(r["flops"] for r in records))
+
+
 def cell_row(directories: Sequence[str]) -> dict[str, Any]:
     """A cell's row over its seeds' finished runs: for each quantity of ``run_values``,
     ``<name>`` (mean over seeds), ``<name>_se`` (s.e. across seeds) and ``<name>_seeds``
-    (each seed's value); ``seed_finals`` is each seed's final held-out success."""
+    (each seed's value); ``seed_finals`` is each seed's final held-out success;
+    ``step_time_s`` the undisturbed time of a generation (``step_time``) and ``flops`` the
+    mean estimated training FLOPs per run (None if a run has none)."""
     per_run = [run_values(d) for d in directories]
     row: dict[str, Any] = dict(seeds=len(per_run))
     for name in per_run[0]:
@@ -170,7 +181,20 @@ def cell_row(directories: Sequence[str]) -> dict[str, Any]:
         row[name], row[f"{name}_se"] = across_seeds(seeds)
         row[f"{name}_seeds"] = seeds
     row["seed_finals"] = row["success_after_seeds"]
+    row["step_time_s"] = step_time(directories)
+    flops = [run_flops(d) for d in directories]
+    row["flops"] = None if None in flops else float(np.mean(flops))
     return row
+
+
+def finished_cells(runs: Sequence[Run], outcomes: dict[str, str],
+                   results: str) -> dict[str, list[str]]:
+    """Each cell's finished runs' result folders, cells in the runs' order."""
+    cells: dict[str, list[str]] = {}
+    for run in runs:
+        if outcomes[run.name] == "ok":
+            cells.setdefault(run.cell, []).append(os.path.join(results, run.name))
+    return cells
 
 
 def mean_se(row: dict, name: str, digits: int = 3) -> str:
@@ -228,6 +252,30 @@ def plot_cells(rows: list[dict], labels: list[str], path: str, title: str) -> No
     pyplot.close(figure)
 
 
+def plot_curves(cells: dict[str, list[str]], path: str, title: str) -> None:
+    """Training reward (the population's mean, averaged over seeds) per cell, against
+    the generation and against the training seconds (each seed's cumulative step times,
+    averaged): quality per generation and per second side by side."""
+    figure, (by_step, by_time) = pyplot.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for label, directories in cells.items():
+        runs = [train_records(d) for d in directories]
+        steps = min(len(records) for records in runs)
+        reward = np.mean([[r["reward_mean"] for r in records[:steps]] for records in runs],
+                         axis=0)
+        seconds = np.mean([np.cumsum([r["wall_time_s"] for r in records[:steps]])
+                           for records in runs], axis=0)
+        by_step.plot(np.arange(1, steps + 1), reward, marker=".", label=label)
+        by_time.plot(seconds, reward, marker=".", label=label)
+    by_step.set_xlabel("generation")
+    by_time.set_xlabel("training seconds (mean over seeds)")
+    by_step.set_ylabel("training reward (population mean)")
+    by_step.legend(fontsize=7)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
 def _value(text: str):
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
@@ -269,6 +317,19 @@ def points(axes: list[tuple[tuple[str, ...], list[tuple]]]) -> list[dict]:
     return [{key: value for (keys, _), part in zip(axes, combination)
              for key, value in zip(keys, part)}
             for combination in itertools.product(*(parts for _, parts in axes))]
+
+
+def grid_points(text: str) -> list[dict]:
+    """The points of a ``--grid``: ``|`` joins grids (each ``parse_grid``'s product) into
+    one list, in order, without repeats; an empty grid is the shared config's own point
+    ``{}``. E.g. ``'|es.rank=4|es.noise=full'``: the base and two one-factor changes (an
+    ablation), ``{}``, ``{"es.rank": 4}``, ``{"es.noise": "full"}``. ValueError if malformed.
+    """
+    unique: dict[str, dict] = {}
+    for part in text.split("|"):
+        for point in points(parse_grid(part)):
+            unique.setdefault(cell_name(point), point)
+    return list(unique.values())
 
 
 def cell_name(point: dict) -> str:

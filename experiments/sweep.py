@@ -6,9 +6,13 @@ r"""A sweep: the product of a grid's values × seeds, each point a training run.
 
 ``--grid`` lists axes separated by ``;``, each ``section.option=v1,v2,...`` (values as
 Python literals, else strings), or several options moving together,
-``es.population_size+rollout.tasks_per_generation=8+4,16+2`` (equal episodes);
-``--config`` and its dotted overrides set what every run shares. Every run is checked before any compute, then run by ``experiments.grid``: one
-model load, finished runs reused (also from ``--results``, e.g. committed result files),
+``es.population_size+rollout.tasks_per_generation=8+4,16+2`` (equal episodes). ``|`` joins
+grids into one list of points, an empty grid being the shared config itself:
+``--grid='|es.rank=4|es.antithetic=false'`` is an ablation, the base and one change at a
+time, each run once. ``--config`` and its dotted overrides set what every run shares.
+
+Every run is checked before any compute, then run by ``experiments.grid``: one model
+load, finished runs reused (also from ``--results``, e.g. committed result files),
 interrupted runs resumed, a failed run recorded without stopping the others. The table
 (``table.md``, ``table.json``) and plot (``success.png``) go to ``--results`` (default:
 the workdir): per grid point, held-out success and mean reward before and after, each
@@ -25,18 +29,17 @@ from experiments import grid, launch
 _CONFIG = launch.define_config("experiments/configs/cpu_default.py",
                                "Config shared by every run.")
 _GRID = flags.DEFINE_string("grid", "", "Axes 'section.option=v1,v2;section.option=...' "
-                                        "(empty: the config alone).")
+                                        "(empty: the config alone); '|' joins grids.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Run seeds.")
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/sweep", "Folder of the runs.")
 _RESULTS = flags.DEFINE_string("results", None, "Folder of the finished runs' result "
                                                 "files, table and plot (default: workdir).")
 
 
-def grid_runs(shared: training.TrainConfig, axes, seeds: list[int]
-              ) -> tuple[list[dict], list[grid.Run]]:
-    """The grid's points and every run, all checked (UsageError listing every problem)."""
+def grid_runs(shared: training.TrainConfig, grid_points: list[dict], seeds: list[int]
+              ) -> list[grid.Run]:
+    """Every run of the grid's points, all checked (UsageError listing every problem)."""
     runs, problems = [], []
-    grid_points = grid.points(axes)
     for point in grid_points:
         for seed in seeds:
             try:
@@ -46,38 +49,38 @@ def grid_runs(shared: training.TrainConfig, axes, seeds: list[int]
                 problems.append(f"{grid.cell_name(point)}: {error}")
     if problems:
         raise app.UsageError("invalid grid:\n" + "\n".join(sorted(set(problems))))
-    return grid_points, runs
+    return runs
 
 
 def table_markdown(rows: list[dict]) -> str:
     lines = ["| point | seeds | success before | after | per-seed after | after − before "
-             "| mean reward before | after | wall time / run (s) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| mean reward before | after | generation (s) | wall time / run (s) | "
+             "FLOPs / run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
             status = f"failed: {'; '.join(r['failures'])}" if r["failures"] else "not run"
-            lines.append(f"| {r['cell']} | 0 | {status} | | | | | | |")
+            lines.append(f"| {r['cell']} | 0 | {status} |" + " |" * 8)
             continue
+        flops = "" if r["flops"] is None else f"{r['flops']:.2e}"
         lines.append(f"| {r['cell']} | {r['seeds']} | {grid.mean_se(r, 'success_before')} | "
                      f"{grid.mean_se(r, 'success_after')} | "
                      f"{grid.seeds_text(r, 'success_after')} | "
                      f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
                      f"{grid.mean_se(r, 'reward_before')} | {grid.mean_se(r, 'reward_after')} | "
-                     f"{r['wall_time_s']:.0f} |")
-    return "\n".join(lines) + "\n\nmean ± s.e. across seeds.\n"
+                     f"{r['step_time_s']:.1f} | {r['wall_time_s']:.0f} | {flops} |")
+    return "\n".join(lines) + ("\n\nmean ± s.e. across seeds; generation: the least of the "
+                               "seeds' median generation times.\n")
 
 
 def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, str],
-             results: str) -> list[dict]:
-    """One row per grid point over its finished seeds (failed seeds are listed)."""
+             cells: dict[str, list[str]]) -> list[dict]:
+    """One row per grid point over its finished seeds (``cells``; failed seeds listed)."""
     rows = []
     for point in grid_points:
         cell = grid.cell_name(point)
-        mine = [run for run in runs if run.cell == cell]
-        done = [os.path.join(results, r.name) for r in mine if outcomes[r.name] == "ok"]
-        failures = [f"seed {r.seed}: {outcomes[r.name]}" for r in mine
-                    if grid.failed(outcomes[r.name])]
-        row = grid.cell_row(done) if done else dict(seeds=0, seed_finals=[])
+        failures = [f"seed {r.seed}: {outcomes[r.name]}" for r in runs
+                    if r.cell == cell and grid.failed(outcomes[r.name])]
+        row = grid.cell_row(cells[cell]) if cell in cells else dict(seeds=0, seed_finals=[])
         rows.append(dict(point=point, cell=cell, failures=failures, **row))
     return rows
 
@@ -91,20 +94,23 @@ def main(argv):
     except ValueError as error:
         raise app.UsageError(f"--seeds must be integers, got {_SEEDS.value}") from error
     try:
-        axes = grid.parse_grid(_GRID.value)
+        grid_points = grid.grid_points(_GRID.value)
     except ValueError as error:
         raise app.UsageError(str(error)) from error
-    grid_points, runs = grid_runs(shared, axes, seeds)
+    runs = grid_runs(shared, grid_points, seeds)
     results = _RESULTS.value or _WORKDIR.value
     outcomes = grid.run_all(runs, _WORKDIR.value, results,
                             run_missing=not grid.TABLE_ONLY.value)
-    rows = tabulate(grid_points, runs, outcomes, results)
+    cells = grid.finished_cells(runs, outcomes, results)
+    rows = tabulate(grid_points, runs, outcomes, cells)
     table = table_markdown(rows)
     grid.write_table(results, rows, table, grid=_GRID.value, seeds=seeds)
     plotted = [r for r in rows if r["seeds"]]
     if plotted:
+        title = _GRID.value or "sweep"
         grid.plot_cells(plotted, [r["cell"] for r in plotted],
-                        os.path.join(results, "success.png"), _GRID.value or "sweep")
+                        os.path.join(results, "success.png"), title)
+        grid.plot_curves(cells, os.path.join(results, "curves.png"), title)
     print(table, flush=True)
 
 

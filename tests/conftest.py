@@ -1,17 +1,16 @@
 """Test configuration: 8 fake host CPU devices so sharding runs on one CPU, LLVM's
-cheapest code generation, and one persistent compilation cache for the session."""
+cheapest code generation for the tests' own processes, and one persistent compilation
+cache for the session."""
 
 import atexit
 import os
 import shutil
 import tempfile
 
-# Once: pytest-xdist's workers (and the processes tests launch) inherit the controller's
-# environment. The tests compile far more than they run: LLVM's -O0 compiles the same HLO
-# programs in about half the time (their results differ from -O2's by float rounding).
-for flag in ("--xla_force_host_platform_device_count=8", "--xla_backend_optimization_level=0"):
-    if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+# Inherited by pytest-xdist's workers and by the processes tests launch.
+DEVICES_FLAG = "--xla_force_host_platform_device_count=8"
+if DEVICES_FLAG.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + DEVICES_FLAG).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One compilation cache for the session, set before pytest-xdist starts its workers so
 # that they and the processes tests launch inherit it: a program compiled once is loaded,
@@ -20,10 +19,24 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="agentic_esopt_jax_")
     atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
+# Every program, however quick to compile: the tiny models' programs take well under
+# JAX's default second to compile, and each module recompiles them otherwise.
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 # pylint: disable=wrong-import-position  # jax reads JAX_PLATFORMS when imported.
 import jax  # noqa: E402
 import pytest  # noqa: E402
+
+# The tests compile far more than they run: LLVM's -O0 compiles the same HLO programs in
+# about half the time (their results differ from -O2's by float rounding). XLA reads
+# XLA_FLAGS once, when the backend starts; the runs that tests launch (training runs,
+# benchmarks) run more than they compile and load their programs from the cache, so they
+# start with the flags above alone, keeping -O2.
+_LAUNCHED_FLAGS = os.environ["XLA_FLAGS"]
+os.environ["XLA_FLAGS"] = _LAUNCHED_FLAGS + " --xla_backend_optimization_level=0"
+jax.devices()
+os.environ["XLA_FLAGS"] = _LAUNCHED_FLAGS
 
 
 def pytest_configure(config):

@@ -91,6 +91,17 @@ def test_grid_axes_parse_into_every_combination():
             grid.parse_grid(bad)
 
 
+def test_grids_joined_by_a_bar_are_one_list_of_points_each_once():
+    assert grid.grid_points("") == [{}]
+    ablation = grid.grid_points("|es.rank=4| es.noise=full ;es.rank=1|es.rank=4,1")
+    assert ablation == [{}, {"es.rank": 4}, {"es.noise": "full", "es.rank": 1},
+                        {"es.rank": 1}]
+    assert [grid.cell_name(p) for p in ablation] == [
+        "base", "es.rank=4", "es.noise=full+es.rank=1", "es.rank=1"]
+    with pytest.raises(ValueError, match="is not 'section.option"):
+        grid.grid_points("|es.rank")
+
+
 def test_the_hierarchical_bootstrap_covers_the_difference_and_pairs_puzzles():
     rng = np.random.default_rng(1)
     second = [rng.integers(0, 2, 96).astype(float) for _ in range(3)]
@@ -119,7 +130,9 @@ def test_contract_sweep_command_writes_its_table_and_reuses_finished_runs(tmp_pa
     assert [row["point"] for row in table["rows"]] == [{"es.population_size": 4},
                                                        {"es.population_size": 6}]
     assert all(len(row["seed_finals"]) == 2 for row in table["rows"])
-    assert (tmp_path / "success.png").read_bytes()[:4] == b"\x89PNG"
+    assert all(row["step_time_s"] > 0 and row["flops"] > 0 for row in table["rows"])
+    for plot in ("success.png", "curves.png"):
+        assert (tmp_path / plot).read_bytes()[:4] == b"\x89PNG"
     assert "| es.population_size=4 | 2 |" in (tmp_path / "table.md").read_text()
     again = run_module("experiments.sweep", *command)
     assert again.returncode == 0 and "run 1/4" not in again.stderr

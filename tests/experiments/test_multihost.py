@@ -39,12 +39,10 @@ def free_port():
 
 
 def launch(workdir, log_path, *flags):
-    env = dict(os.environ, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     return subprocess.Popen(
         [sys.executable, os.path.join(HERE, "digits_launcher.py"),
          f"--config={os.path.join(HERE, 'digits_config.py')}", *FLAGS, *flags,
-         f"--workdir={workdir}"], cwd=REPO, env=env, stdout=open(log_path, "w"),
+         f"--workdir={workdir}"], cwd=REPO, stdout=open(log_path, "w"),
         stderr=subprocess.STDOUT)
 
 

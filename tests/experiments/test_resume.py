@@ -37,12 +37,8 @@ def command_line(workdir, rule):
 
 
 def launch(workdir, log_path, rule="es"):
-    # Every program compiled goes into the session's persistent compilation cache, so that
-    # the later processes (and runs in other tests) start fast.
-    env = dict(os.environ, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     log = open(log_path, "w")
-    return subprocess.Popen(command_line(workdir, rule), cwd=REPO, env=env, stdout=log,
+    return subprocess.Popen(command_line(workdir, rule), cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT)
 
 
