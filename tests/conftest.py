@@ -30,17 +30,26 @@ import pytest  # noqa: E402
 
 # The tests compile far more than they run: LLVM's -O0 compiles the same HLO programs in
 # about half the time (their results differ from -O2's by float rounding). XLA reads
-# XLA_FLAGS once, when the backend starts; the runs that tests launch (training runs,
-# benchmarks) run more than they compile and load their programs from the cache, so they
-# start with the flags above alone, keeping -O2.
+# XLA_FLAGS once, when the backend starts. Processes that tests launch start with the
+# flags above alone, keeping -O2: training runs on the tiny model spend their time running
+# (GRPO's steps most), loading their programs from the cache. Launches that mostly compile
+# take ``fast_compile_env``.
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=0"
 _LAUNCHED_FLAGS = os.environ["XLA_FLAGS"]
-os.environ["XLA_FLAGS"] = _LAUNCHED_FLAGS + " --xla_backend_optimization_level=0"
+os.environ["XLA_FLAGS"] = f"{_LAUNCHED_FLAGS} {FAST_COMPILE_FLAG}"
 jax.devices()
 os.environ["XLA_FLAGS"] = _LAUNCHED_FLAGS
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "smollm2: uses the real embedded SmolLM2 GGUF")
+
+
+@pytest.fixture(scope="session")
+def fast_compile_env():
+    """The environment for a launched process that compiles more than it runs (benchmarks
+    at smoke sizes, the digits runs): -O0, like the tests' own processes."""
+    return dict(os.environ, XLA_FLAGS=f"{_LAUNCHED_FLAGS} {FAST_COMPILE_FLAG}")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -15,10 +15,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.fixture(scope="module")
-def report():
+def report(fast_compile_env):
     done = subprocess.run([sys.executable, "-m", "experiments.accelerator_check",
-                           "--sizes=smoke"], cwd=REPO, capture_output=True, text=True,
-                          timeout=900, check=False)
+                           "--sizes=smoke"], cwd=REPO, env=fast_compile_env,
+                          capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = done.stdout.strip().splitlines()
     return json.loads(line)

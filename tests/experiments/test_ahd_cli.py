@@ -16,12 +16,17 @@ SCORE_FLAGS = ["--task=kp_constructive", "--size=20", "--config.eval.size=3",
                "--config.env.timeout_s=3"]
 
 
-def launch(module, *args, timeout=120):
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+@pytest.fixture(name="launch")
+def fixture_launch(fast_compile_env):
+    """Runs a launcher module (AHD's runs compile more than they run)."""
+    def launch(module, *args, timeout=120):
+        return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
+                              env=fast_compile_env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    return launch
 
 
-def score(tmp_path, source):
+def score(launch, tmp_path, source):
     program = tmp_path / "program.py"
     program.write_text(source)
     result = launch("experiments.ahd", *SCORE_FLAGS, f"--score_program={program}")
@@ -33,14 +38,14 @@ def score(tmp_path, source):
     return scored
 
 
-def test_score_program_on_a_good_program(tmp_path):
-    scored = score(tmp_path, 'print("noise on stdout")\n' + KP.seed_heuristic_source)
+def test_score_program_on_a_good_program(launch, tmp_path):
+    scored = score(launch, tmp_path, 'print("noise on stdout")\n' + KP.seed_heuristic_source)
     expected = KP.baseline(KP.generate_instances(20, 3, seed=1))
     assert scored == {"valid": True, "objective": pytest.approx(expected), "error": None}
 
 
-def test_score_program_on_a_hostile_program(tmp_path):
-    scored = score(tmp_path, textwrap.dedent("""\
+def test_score_program_on_a_hostile_program(launch, tmp_path):
+    scored = score(launch, tmp_path, textwrap.dedent("""\
         print("noise on stdout")
         def select_next_item(remaining_capacity, weights, values):
             while True:
@@ -62,7 +67,7 @@ def test_score_program_on_a_hostile_program(tmp_path):
     ("experiments.ahd_grid", ["--tasks=tsp_constructive:big"], ["must be an integer"]),
     ("experiments.ahd_grid", ["--methods=sample,eoh_x"], ["unknown method 'eoh_x'"]),
 ])
-def test_bad_flags_fail_before_any_compute(tmp_path, module, args, messages):
+def test_bad_flags_fail_before_any_compute(launch, tmp_path, module, args, messages):
     workdir = tmp_path / "run"
     result = launch(module, f"--workdir={workdir}", *args)
     assert result.returncode != 0
@@ -71,7 +76,7 @@ def test_bad_flags_fail_before_any_compute(tmp_path, module, args, messages):
     assert result.stdout == "" and not workdir.exists()
 
 
-def test_tiny_model_run_end_to_end(tmp_path):
+def test_tiny_model_run_end_to_end(launch, tmp_path):
     workdir = tmp_path / "run"
     result = launch("experiments.ahd", "--config.model.name=tiny", "--config.env.search=sample",
                     "--config.es.population_size=2", "--config.run.generations=1",

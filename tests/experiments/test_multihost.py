@@ -38,18 +38,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(workdir, log_path, *flags):
+def launch(env, workdir, log_path, *flags):
     return subprocess.Popen(
         [sys.executable, os.path.join(HERE, "digits_launcher.py"),
          f"--config={os.path.join(HERE, 'digits_config.py')}", *FLAGS, *flags,
-         f"--workdir={workdir}"], cwd=REPO, stdout=open(log_path, "w"),
+         f"--workdir={workdir}"], cwd=REPO, env=env, stdout=open(log_path, "w"),
         stderr=subprocess.STDOUT)
 
 
-def launch_processes(workdir, logs, count):
+def launch_processes(env, workdir, logs, count):
     """The same command as ``count`` processes of one job."""
     coordinator = f"127.0.0.1:{free_port()}"
-    return [launch(workdir, f"{logs}-{p}.log",
+    return [launch(env, workdir, f"{logs}-{p}.log",
                    f"--config.distributed.num_processes={count}",
                    f"--config.distributed.process_id={p}",
                    f"--config.distributed.coordinator={coordinator}") for p in range(count)]
@@ -95,19 +95,20 @@ def assert_same_run(workdir, reference):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, fast_compile_env):
     """The one-process run."""
     folder = tmp_path_factory.mktemp("multihost")
     logs = str(folder / "reference")
-    finish([launch(folder / "reference", f"{logs}-0.log")], logs)
+    finish([launch(fast_compile_env, folder / "reference", f"{logs}-0.log")], logs)
     rewards = [r["rewards"] for r in es.history.read(folder / "reference" / "history.jsonl")[1]]
     assert len(set(map(tuple, rewards))) > 1  # The rewards vary: the comparison means something.
     return folder / "reference"
 
 
-def test_kill_9_of_both_processes_then_the_same_command_resumes_bitwise(reference, tmp_path):
+def test_kill_9_of_both_processes_then_the_same_command_resumes_bitwise(reference, tmp_path,
+                                                                       fast_compile_env):
     killed, logs = tmp_path / "killed", str(tmp_path / "first")
-    processes = launch_processes(killed, logs, 2)
+    processes = launch_processes(fast_compile_env, killed, logs, 2)
     while generations_logged(killed) < 3:  # A checkpoint after 2, the history at 3.
         assert all(p.poll() is None for p in processes), open(f"{logs}-0.log").read()[-3000:]
         time.sleep(0.02)
@@ -115,7 +116,7 @@ def test_kill_9_of_both_processes_then_the_same_command_resumes_bitwise(referenc
         process.send_signal(signal.SIGKILL)
     assert [p.wait() for p in processes] == [-signal.SIGKILL] * 2
     logs = str(tmp_path / "second")
-    finish(launch_processes(killed, logs, 2), logs)
+    finish(launch_processes(fast_compile_env, killed, logs, 2), logs)
     assert "resuming" in open(f"{logs}-0.log").read()
     assert_same_run(killed, reference)
     assert_only_process_0_reports(logs)
