@@ -165,8 +165,8 @@ def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> li
 def table_markdown(rows: list[dict]) -> str:
     lines = ["| blanks | method | seeds | success before | after | per-seed after | "
              "after − before (s.e. across seeds) | per-seed change | ES − GRPO (95% CI) | "
-             "tied / zero-advantage share | wall time / run (s) | FLOPs / run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tied / zero-advantage share | generation (s) | wall time / run (s) | FLOPs / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         interval = r.get("minus_grpo_ci95")
         interval = "" if not interval else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
@@ -176,9 +176,9 @@ def table_markdown(rows: list[dict]) -> str:
                      f"| {grid.seeds_text(r, 'success_after')} | "
                      f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
                      f"{grid.seeds_text(r, 'success_change')} | {interval} | "
-                     f"{r['zero_spread_share']:.2f} | {r['wall_time_s']:.0f} ± "
-                     f"{r['wall_time_s_se']:.0f} | {flops} |")
-    return "\n".join(lines) + "\n"
+                     f"{r['zero_spread_share']:.2f} | {r['step_time_s']:.1f} | "
+                     f"{r['wall_time_s']:.0f} ± {r['wall_time_s_se']:.0f} | {flops} |")
+    return "\n".join(lines) + f"\n\n{grid.TABLE_NOTE}\n"
 
 
 def main(argv):

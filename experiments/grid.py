@@ -197,6 +197,10 @@ def finished_cells(runs: Sequence[Run], outcomes: dict[str, str],
     return cells
 
 
+TABLE_NOTE = ("mean ± s.e. across seeds; generation: the least of the seeds' median "
+              "generation (or step) times, so time beside other jobs does not count.")
+
+
 def mean_se(row: dict, name: str, digits: int = 3) -> str:
     """"mean ± s.e." of a row's quantity."""
     return f"{row[name]:.{digits}f} ± {row[f'{name}_se']:.{digits}f}"

@@ -68,8 +68,7 @@ def table_markdown(rows: list[dict]) -> str:
                      f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
                      f"{grid.mean_se(r, 'reward_before')} | {grid.mean_se(r, 'reward_after')} | "
                      f"{r['step_time_s']:.1f} | {r['wall_time_s']:.0f} | {flops} |")
-    return "\n".join(lines) + ("\n\nmean ± s.e. across seeds; generation: the least of the "
-                               "seeds' median generation times.\n")
+    return "\n".join(lines) + f"\n\n{grid.TABLE_NOTE}\n"
 
 
 def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, str],
