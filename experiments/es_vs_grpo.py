@@ -128,25 +128,6 @@ def zero_spread_share(directories: list[str], method: str) -> float:
     return float(np.mean([r["reward_std"] == 0 for r in records]))
 
 
-def final_solved(directory: str) -> tuple[list[str], np.ndarray]:
-    """(task ids, solved per episode) of a run's last evaluation."""
-    last = grid.evaluations(directory)[1]
-    return last["episode_task_ids"], np.asarray(last["episode_solved"], np.float64)
-
-
-def minus_grpo(directories: list[str], grpo_directories: list[str]) -> list[float] | None:
-    """ES − GRPO final success's 95% bootstrap interval over the seeds both finished
-    (None when none did or their puzzles differ)."""
-    pairs = [(d, g) for d in directories for g in grpo_directories
-             if os.path.basename(d) == os.path.basename(g)]
-    if not pairs:
-        return None
-    es_runs, grpo_runs = zip(*((final_solved(d), final_solved(g)) for d, g in pairs))
-    if any(e[0] != g[0] for e, g in zip(es_runs, grpo_runs)):
-        return None
-    return list(grid.bootstrap_difference([e[1] for e in es_runs], [g[1] for g in grpo_runs]))
-
-
 def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> list[dict]:
     """One row per (horizon, method) over its finished seeds."""
     cells = grid.finished_cells(runs, outcomes, results)
@@ -156,8 +137,9 @@ def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> li
         row = dict(horizon=horizon, method=method, **grid.cell_row(directories),
                    zero_spread_share=zero_spread_share(directories, method))
         if method != "grpo":
-            row["minus_grpo_ci95"] = minus_grpo(
+            difference = grid.paired_difference(
                 directories, cells.get(os.path.join(f"blanks{horizon}", "grpo"), []))
+            row["minus_grpo_ci95"] = difference and difference["ci95"]
         rows.append(row)
     return sorted(rows, key=lambda r: (r["horizon"], METHODS.index(r["method"])))
 

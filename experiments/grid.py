@@ -141,6 +141,29 @@ def train_records(directory: str) -> list[dict]:
             if r["kind"] == "train"]
 
 
+def final_solved(directory: str) -> tuple[list[str], np.ndarray]:
+    """(task ids, solved per episode) of a run's last evaluation."""
+    last = evaluations(directory)[1]
+    return last["episode_task_ids"], np.asarray(last["episode_solved"], np.float64)
+
+
+def paired_difference(directories: Sequence[str], baseline: Sequence[str]
+                      ) -> dict[str, Any] | None:
+    """Final held-out success of ``directories``' runs − ``baseline``'s over the seeds both
+    finished: ``mean`` (mean over those seeds) and ``ci95`` (``bootstrap_difference``);
+    None when no seed is shared or a seed's puzzles differ."""
+    pairs = [(d, b) for d in directories for b in baseline
+             if os.path.basename(d) == os.path.basename(b)]
+    if not pairs:
+        return None
+    runs, baseline_runs = zip(*((final_solved(d), final_solved(b)) for d, b in pairs))
+    if any(r[0] != b[0] for r, b in zip(runs, baseline_runs)):
+        return None
+    solved, baseline_solved = [r[1] for r in runs], [b[1] for b in baseline_runs]
+    mean = float(np.mean([r.mean() - b.mean() for r, b in zip(solved, baseline_solved)]))
+    return dict(mean=mean, ci95=list(bootstrap_difference(solved, baseline_solved)))
+
+
 def run_values(directory: str) -> dict[str, float]:
     """One run's numbers: held-out success and mean reward before and after, and its
     wall time (the trainer's, evaluations included)."""

@@ -16,7 +16,9 @@ load, finished runs reused (also from ``--results``, e.g. committed result files
 interrupted runs resumed, a failed run recorded without stopping the others. The table
 (``table.md``, ``table.json``) and plot (``success.png``) go to ``--results`` (default:
 the workdir): per grid point, held-out success and mean reward before and after, each
-seed's value, the mean over seeds ± the s.e. across seeds, and wall time per run.
+seed's value, the mean over seeds ± the s.e. across seeds, wall time per run, and each
+later point's final success minus the first point's (the ablation's base) with a 95%
+hierarchical bootstrap interval.
 """
 
 import os
@@ -52,20 +54,31 @@ def grid_runs(shared: training.TrainConfig, grid_points: list[dict], seeds: list
     return runs
 
 
+def difference_text(difference: dict | None) -> str:
+    """"+0.031 [−0.047, +0.109]": a ``grid.paired_difference``, empty for None."""
+    if not difference:
+        return ""
+    low, high = difference["ci95"]
+    return f"{difference['mean']:+.3f} [{low:+.3f}, {high:+.3f}]"
+
+
 def table_markdown(rows: list[dict]) -> str:
+    first = rows[0]["cell"]
     lines = ["| point | seeds | success before | after | per-seed after | after − before "
-             "| mean reward before | after | generation (s) | wall time / run (s) | "
-             "FLOPs / run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"| after − {first}'s (95% CI) | mean reward before | after | generation (s) "
+             "| wall time / run (s) | FLOPs / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
             status = f"failed: {'; '.join(r['failures'])}" if r["failures"] else "not run"
-            lines.append(f"| {r['cell']} | 0 | {status} |" + " |" * 8)
+            lines.append(f"| {r['cell']} | 0 | {status} |" + " |" * 9)
             continue
         flops = "" if r["flops"] is None else f"{r['flops']:.2e}"
         lines.append(f"| {r['cell']} | {r['seeds']} | {grid.mean_se(r, 'success_before')} | "
                      f"{grid.mean_se(r, 'success_after')} | "
                      f"{grid.seeds_text(r, 'success_after')} | "
                      f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
+                     f"{difference_text(r.get('minus_first'))} | "
                      f"{grid.mean_se(r, 'reward_before')} | {grid.mean_se(r, 'reward_after')} | "
                      f"{r['step_time_s']:.1f} | {r['wall_time_s']:.0f} | {flops} |")
     return "\n".join(lines) + f"\n\n{grid.TABLE_NOTE}\n"
@@ -73,13 +86,18 @@ def table_markdown(rows: list[dict]) -> str:
 
 def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, str],
              cells: dict[str, list[str]]) -> list[dict]:
-    """One row per grid point over its finished seeds (``cells``; failed seeds listed)."""
+    """One row per grid point over its finished seeds (``cells``; failed seeds listed);
+    every point after the first gets ``minus_first`` (``grid.paired_difference`` against
+    the first point, the base of an ablation)."""
     rows = []
-    for point in grid_points:
+    first = cells.get(grid.cell_name(grid_points[0]), [])
+    for index, point in enumerate(grid_points):
         cell = grid.cell_name(point)
         failures = [f"seed {r.seed}: {outcomes[r.name]}" for r in runs
                     if r.cell == cell and grid.failed(outcomes[r.name])]
         row = grid.cell_row(cells[cell]) if cell in cells else dict(seeds=0, seed_finals=[])
+        if index and cell in cells:
+            row["minus_first"] = grid.paired_difference(cells[cell], first)
         rows.append(dict(point=point, cell=cell, failures=failures, **row))
     return rows
 

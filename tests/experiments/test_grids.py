@@ -113,6 +113,23 @@ def test_the_hierarchical_bootstrap_covers_the_difference_and_pairs_puzzles():
     assert 0 < low < difference < high < 0.6
 
 
+def test_a_paired_difference_pairs_seeds_and_refuses_different_puzzles(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid.models, "load", lambda *args: "model")
+    results = str(tmp_path)
+    train, _ = fake_train({0: (0.0, 1.0), 1: (0.0, 0.5), 2: (0.0, 0.0)})
+    runs = [grid.Run(cell, seed, CONFIG.replace(run={"seed": seed}))
+            for cell, seeds in (("point", (0, 1)), ("base", (1, 2))) for seed in seeds]
+    grid.run_all(runs, str(tmp_path / "work"), results, train)
+    cells = grid.finished_cells(runs, {r.name: "ok" for r in runs}, results)
+    difference = grid.paired_difference(cells["point"], cells["base"])
+    assert difference["mean"] == 0.0  # only seed 1 is shared: 0.5 - 0.5
+    assert difference["ci95"] == [0.0, 0.0]
+    assert grid.paired_difference(cells["point"][:1], cells["base"]) is None  # no shared seed
+    metrics = tmp_path / "base/seed1/metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace('"b"', '"c"'))
+    assert grid.paired_difference(cells["point"], cells["base"]) is None  # other puzzles
+
+
 def run_module(module, *args):
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
                           capture_output=True, text=True, timeout=900, check=False)
@@ -131,6 +148,11 @@ def test_contract_sweep_command_writes_its_table(tmp_path):
                                                        {"es.population_size": 6}]
     assert all(len(row["seed_finals"]) == 2 for row in table["rows"])
     assert all(row["step_time_s"] > 0 and row["flops"] > 0 for row in table["rows"])
+    first, second = table["rows"]
+    low, high = second["minus_first"]["ci95"]
+    assert "minus_first" not in first and -1 <= low <= high <= 1
+    assert second["minus_first"]["mean"] == pytest.approx(
+        np.mean(second["seed_finals"]) - np.mean(first["seed_finals"]))
     for plot in ("success.png", "curves.png"):
         assert (tmp_path / plot).read_bytes()[:4] == b"\x89PNG"
     assert "| es.population_size=4 | 2 |" in (tmp_path / "table.md").read_text()
