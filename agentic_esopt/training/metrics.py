@@ -13,7 +13,6 @@ import numbers
 import os
 
 from absl import logging
-from tensorboardX import SummaryWriter
 
 from agentic_esopt.fileio import read_jsonl, write_jsonl
 
@@ -49,6 +48,9 @@ class MetricsLogger:
         self.metrics_path = metrics_path
         self._writer = None
         if write:
+            # Imported here, by writers only: tensorboardX imports torch wherever it is
+            # installed (about 2 s a process), which launchers that never log should not pay.
+            from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
             os.makedirs(os.path.dirname(os.path.abspath(metrics_path)), exist_ok=True)
             self._writer = SummaryWriter(tensorboard_dir, purge_step=purge_step or None)
 
