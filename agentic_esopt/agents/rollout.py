@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -294,16 +295,18 @@ Generate = Callable[..., Any]
 
 
 @dataclasses.dataclass
-class TokenUsage:
-    """Tokens a policy's model processed (``GenerationOutput.fed_tokens``, summed)."""
+class PolicyUsage:
+    """What a policy's calls cost: the tokens its model processed
+    (``GenerationOutput.fed_tokens``, summed) and the seconds the calls took."""
 
     fed: int = 0
+    seconds: float = 0.0
 
 
 def make_model_policy(model: Any, population: Any, options: Options, *,
                       temperature: float, key: jax.Array | None, generate: Generate,
                       extra_stop: Sequence[str] = (), keep_tokens: bool = False,
-                      usage: TokenUsage | None = None) -> Policy:
+                      usage: PolicyUsage | None = None) -> Policy:
     """A policy that chat-templates each conversation (or joins its texts, without
     ``options.chat_template``) and calls ``generate``.
 
@@ -320,7 +323,8 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
       generate: ``models.generate`` or a stand-in with its signature.
       extra_stop: the environment's stop strings.
       keep_tokens: return ``Reply``s holding each turn's token ids and log-probabilities.
-      usage: if given, counts the tokens every call fed through the model.
+      usage: if given, counts the tokens every call fed through the model and the time
+        the calls took (templating, tokenising and generating).
 
     With ``options.keep_kv_cache`` the policy keeps one ``models.ConversationCache`` whose
     rows are the (member, task) episodes: a turn feeds only the tokens its prompt adds to
@@ -339,6 +343,7 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
 
     def policy(conversations: list[list[Message]], members: list[int],
                task_indices: list[int]) -> list[str]:
+        began = time.perf_counter()
         prompts = [prompt_text(model.tokenizer, trim_history(c, options.history_turns),
                                options.chat_template) + options.reply_prefix
                    for c in conversations]
@@ -352,9 +357,10 @@ def make_model_policy(model: Any, population: Any, options: Options, *,
             streams=sample_streams(population is not None, members, task_indices),
             conversation=None if cache is None else Conversation(
                 cache, list(zip(members, task_indices))))
+        texts = [options.reply_prefix + text for text in output.texts]
         if usage is not None:
             usage.fed += sum(output.fed_tokens)
-        texts = [options.reply_prefix + text for text in output.texts]
+            usage.seconds += time.perf_counter() - began
         if not keep_tokens:
             return texts
         return [Reply(text, TurnTokens(list(prompt), list(ids), list(logprobs)))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -103,11 +104,11 @@ class EpisodeRewards:
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None,
               members: Sequence[int], keep_tokens: bool = False
-              ) -> tuple[list[rollout.Trajectory], int]:
-        """The episodes of ``members`` × ``tasks`` and the tokens the model processed."""
+              ) -> tuple[list[rollout.Trajectory], rollout.PolicyUsage]:
+        """The episodes of ``members`` × ``tasks`` and what the policy's calls cost."""
+        usage = rollout.PolicyUsage()
         if not members:
-            return [], 0
-        usage = rollout.TokenUsage()
+            return [], usage
         policy = rollout.make_model_policy(model, population, self.options,
                                            temperature=temperature, key=key,
                                            generate=self.generate,
@@ -117,29 +118,34 @@ class EpisodeRewards:
             self.source.env_factory, tasks, policy, members,
             system_prompt=self.system_prompt, generation=generation,
             max_turns=self.options.max_turns, trajectory_path=trajectory_path)
-        return trajectories, usage.fed
+        return trajectories, usage
 
     def rewards(self, model, population, generation, key, trajectory_path=None) -> Rewards:
         tasks = self.source.train_tasks(generation)
         members = sharding.process_slice(num_members(population))
-        own, fed = self._play(model, population, tasks, self.options.temperature, key,
-                              generation, None, members)
+        began = time.perf_counter()
+        own, usage = self._play(model, population, tasks, self.options.temperature, key,
+                                generation, None, members)
+        rollout_s = time.perf_counter() - began
         trajectories = gather_trajectories(own)
         if trajectory_path is not None and sharding.is_primary():
             rollout.write_trajectories(trajectory_path, trajectories)
         return Rewards(rollout.member_rewards(trajectories, num_members(population)),
                        [str(t.id) for t in tasks],
                        {**training_metrics(trajectories),
-                        "forward_tokens": float(sharding.process_sum(fed))})
+                        **rollout_timing(trajectories, usage.seconds, rollout_s),
+                        "forward_tokens": float(sharding.process_sum(usage.fed))})
 
     def samples(self, model: Any, group_size: int, generation: int, key: jax.Array,
                 trajectory_path: str | None = None) -> tuple[list[rollout.Trajectory], int]:
         """``group_size`` independent episodes of each of the generation's tasks by
         ``model.params``, with their turn tokens (a policy-gradient batch); sample-major,
         then task order; and the tokens the model processed."""
-        return self._play(model, None, self.source.train_tasks(generation),
-                          self.options.temperature, key, generation, trajectory_path,
-                          range(group_size), keep_tokens=True)
+        trajectories, usage = self._play(model, None, self.source.train_tasks(generation),
+                                         self.options.temperature, key, generation,
+                                         trajectory_path, range(group_size),
+                                         keep_tokens=True)
+        return trajectories, usage.fed
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
         trajectories, _ = self._play(model, None, self.source.eval_tasks,
@@ -173,6 +179,15 @@ def training_metrics(trajectories: Any) -> dict[str, float]:
     """Success rate and mean turns of a generation's training episodes."""
     return dict(success_rate=float(np.mean([t.solved for t in trajectories])),
                 mean_turns=float(np.mean([t.num_turns for t in trajectories])))
+
+
+def rollout_timing(trajectories: Sequence[rollout.Trajectory], policy_s: float,
+                   rollout_s: float) -> dict[str, float]:
+    """A generation's rollout: the environment steps (turns) of its ``trajectories``
+    (every process's), this process's seconds of rollout and of those, the seconds in
+    the policy's calls (the model's share; the rest is the environments': resets, steps)."""
+    return dict(env_steps=float(sum(t.num_turns for t in trajectories)),
+                rollout_s=rollout_s, policy_s=policy_s)
 
 
 def mean_and_standard_error(values) -> tuple[float, float]:

@@ -85,6 +85,19 @@ def _is_episode_eval(record: dict) -> bool:
     return "mean_reward" in record
 
 
+def rollout_totals(train: Sequence[dict]) -> dict | None:
+    """The training rollouts' environment steps and seconds summed over generations, with
+    steps per second and the model's share of the time (None without timed rollouts)."""
+    timed = [r for r in train if "rollout_s" in r]
+    if not timed:
+        return None
+    steps, seconds = (sum(r[k] for r in timed) for k in ("env_steps", "rollout_s"))
+    policy_s = sum(r["policy_s"] for r in timed)
+    return dict(env_steps=steps, rollout_s=seconds, policy_s=policy_s,
+                steps_per_s=steps / seconds if seconds else None,
+                policy_share=policy_s / seconds if seconds else None)
+
+
 def summarize(records: Sequence[dict]) -> dict:
     """Initial vs final held-out evaluation, the difference in s.e. units, and wall time.
 
@@ -108,7 +121,7 @@ def summarize(records: Sequence[dict]) -> dict:
         **compare(initial, final),
         train_reward_mean_first=train[0]["reward_mean"] if train else None,
         train_reward_mean_last=train[-1]["reward_mean"] if train else None,
-        wall_time_s=sum(r["wall_time_s"] for r in records))
+        rollouts=rollout_totals(train), wall_time_s=sum(r["wall_time_s"] for r in records))
 
 
 def _format_ratio(value: float | None) -> str:
@@ -137,6 +150,12 @@ def summary_markdown(summary: dict) -> str:
     lines.append("")
     lines.append(f"{summary['generations']} generations, {summary['eval_episodes']} held-out "
                  f"episodes per evaluation, wall time {summary['wall_time_s']:.1f} s.")
+    rollouts = summary.get("rollouts")
+    if rollouts and rollouts["rollout_s"]:
+        lines.append(f"Training rollouts: {rollouts['env_steps']:.0f} environment steps in "
+                     f"{rollouts['rollout_s']:.1f} s ({rollouts['steps_per_s']:.2f} steps/s), "
+                     f"{rollouts['policy_share']:.0%} of it in the model's calls, the rest in "
+                     "the environments.")
     return "\n".join(lines) + "\n"
 
 

@@ -77,12 +77,12 @@ def final_state(workdir):
 
 
 def records(workdir):
-    """History and metrics records without wall times, and every trajectory file."""
+    """History and metrics records without timings (seconds), and every trajectory file."""
     _, generations = es.history.read(os.path.join(workdir, "history.jsonl"))
     logged = metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
     folder = os.path.join(workdir, "trajectories")
     files = {name: open(os.path.join(folder, name)).read() for name in os.listdir(folder)}
-    return [{k: v for k, v in r.items() if k not in ("wall_time", "wall_time_s")}
+    return [{k: v for k, v in r.items() if k != "wall_time" and not k.endswith("_s")}
             for r in generations + logged], files
 
 

@@ -61,11 +61,11 @@ def restore_final_state(workdir, config):
 
 
 def run_records(workdir):
-    """History generation records (ES) and metrics records, without wall times."""
+    """History generation records (ES) and metrics records, without timings (seconds)."""
     history = os.path.join(workdir, "history.jsonl")
     generations = es.history.read(history)[1] if os.path.exists(history) else []
     logged = metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
-    return [{k: v for k, v in r.items() if k not in ("wall_time", "wall_time_s")}
+    return [{k: v for k, v in r.items() if k != "wall_time" and not k.endswith("_s")}
             for r in generations + logged]
 
 

@@ -57,6 +57,17 @@ def test_summary_compares_first_and_last_evaluation_in_standard_errors():
     assert summary["train_reward_mean_last"] == 0.4
 
 
+def test_summary_totals_the_timed_rollouts():
+    timed = [dict(_train(g, 0.3), env_steps=steps, rollout_s=seconds, policy_s=model_s)
+             for g, steps, seconds, model_s in ((0, 30.0, 10.0, 8.0), (1, 20.0, 10.0, 9.0))]
+    summary = report.summarize([RECORDS[0], *timed, RECORDS[-1]])
+    assert summary["rollouts"] == dict(env_steps=50.0, rollout_s=20.0, policy_s=17.0,
+                                       steps_per_s=2.5, policy_share=0.85)
+    assert ("50 environment steps in 20.0 s (2.50 steps/s), 85% of it in the model's calls"
+            in report.summary_markdown(summary))
+    assert report.summarize(RECORDS)["rollouts"] is None  # records without timings
+
+
 def _eval_of(generation, task_ids, rewards, solved):
     statistics = sources.episode_statistics([
         Trajectory(member=0, task_id=t, generation=generation, messages=[], actions=["a"],

@@ -62,6 +62,10 @@ def test_run_writes_every_record(finished):
         # 4 members × 2 one-turn tasks, each feeding its prompt and up to 4 new tokens.
         assert 8 * 4 < record["forward_tokens"] and record["flops"] == pytest.approx(
             2 * size * record["forward_tokens"])
+        # One-turn tasks: one environment step per episode; the model's calls are part of
+        # the rollout's time.
+        assert record["env_steps"] == 8
+        assert 0 < record["policy_s"] <= record["rollout_s"] <= record["wall_time_s"]
     for generation in range(3):
         episodes = agents.read_trajectories(files.train_trajectories(generation))
         assert len(episodes) == 4 * 2 and {e.generation for e in episodes} == {generation}
