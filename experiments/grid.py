@@ -165,16 +165,20 @@ def paired_difference(directories: Sequence[str], baseline: Sequence[str]
 
 
 def run_values(directory: str) -> dict[str, float]:
-    """One run's numbers: held-out success and mean reward before and after, and its
-    wall time (the trainer's, evaluations included)."""
+    """One run's numbers: held-out success and mean reward before and after, its wall
+    time (the trainer's, evaluations included) and, for a run whose rollouts were timed,
+    their environment steps per second and the model's share of their time."""
     first, last = evaluations(directory)
     with open(os.path.join(directory, "summary.json"), encoding="utf-8") as f:
-        wall_time_s = json.load(f)["wall_time_s"]
+        summary = json.load(f)
+    rollouts = summary.get("rollouts") or {}
     return dict(success_before=first["success_rate"], success_after=last["success_rate"],
                 reward_before=first["mean_reward"], reward_after=last["mean_reward"],
                 success_change=last["success_rate"] - first["success_rate"],
                 reward_change=last["mean_reward"] - first["mean_reward"],
-                wall_time_s=wall_time_s)
+                wall_time_s=summary["wall_time_s"],
+                **{k: rollouts[k] for k in ("steps_per_s", "policy_share")
+                   if rollouts.get(k) is not None})
 
 
 def across_seeds(values: Sequence[float]) -> tuple[float, float]:
@@ -194,12 +198,13 @@ def run_flops(directory: str) -> float | None:
 def cell_row(directories: Sequence[str]) -> dict[str, Any]:
     """A cell's row over its seeds' finished runs: for each quantity of ``run_values``,
     ``<name>`` (mean over seeds), ``<name>_se`` (s.e. across seeds) and ``<name>_seeds``
-    (each seed's value); ``seed_finals`` is each seed's final held-out success;
+    (each seed's value; a quantity only when every run has it); ``seed_finals`` is each
+    seed's final held-out success;
     ``step_time_s`` the undisturbed time of a generation (``step_time``) and ``flops`` the
     mean estimated training FLOPs per run (None if a run has none)."""
     per_run = [run_values(d) for d in directories]
     row: dict[str, Any] = dict(seeds=len(per_run))
-    for name in per_run[0]:
+    for name in (n for n in per_run[0] if all(n in v for v in per_run)):
         seeds = [v[name] for v in per_run]
         row[name], row[f"{name}_se"] = across_seeds(seeds)
         row[f"{name}_seeds"] = seeds

@@ -81,7 +81,11 @@ def table_markdown(rows: list[dict]) -> str:
                      f"{difference_text(r.get('minus_first'))} | "
                      f"{grid.mean_se(r, 'reward_before')} | {grid.mean_se(r, 'reward_after')} | "
                      f"{r['step_time_s']:.1f} | {r['wall_time_s']:.0f} | {flops} |")
-    return "\n".join(lines) + f"\n\n{grid.TABLE_NOTE}\n"
+    timed = [f"{r['cell']}: {grid.mean_se(r, 'steps_per_s', 2)} environment steps/s, "
+             f"{grid.mean_se(r, 'policy_share', 2)} of the time in the model's calls"
+             for r in rows if "steps_per_s" in r]
+    rollouts = ["", "Training rollouts (mean ± s.e. across seeds): " + "; ".join(timed) + "."]
+    return "\n".join(lines + (rollouts if timed else [])) + f"\n\n{grid.TABLE_NOTE}\n"
 
 
 def tabulate(grid_points: list[dict], runs: list[grid.Run], outcomes: dict[str, str],

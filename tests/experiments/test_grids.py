@@ -67,6 +67,24 @@ def test_a_grid_reuses_finished_runs_records_failures_and_retries_them(tmp_path,
     assert row["success_change_se"] == pytest.approx(np.std([0.5, 1.0, 0.0], ddof=1) / 3**0.5)
 
 
+def test_a_cell_averages_timed_rollouts_only_when_every_run_has_them(tmp_path):
+    train, _ = fake_train({0: (0.0, 0.5), 1: (0.0, 1.0)})
+    directories = [str(tmp_path / f"seed{seed}") for seed in (0, 1)]
+    for seed, directory in enumerate(directories):
+        train(CONFIG.replace(run={"seed": seed}), directory)
+    assert "steps_per_s" not in grid.cell_row(directories)  # runs from before timings
+    for directory, steps_per_s in zip(directories, (0.3, 0.5)):
+        with open(os.path.join(directory, "summary.json"), "w") as f:
+            json.dump(dict(wall_time_s=2.0, rollouts=dict(steps_per_s=steps_per_s,
+                                                          policy_share=0.8)), f)
+    row = grid.cell_row(directories)
+    assert row["steps_per_s"] == pytest.approx(0.4) and row["steps_per_s_seeds"] == [0.3, 0.5]
+    assert row["policy_share"] == pytest.approx(0.8) and row["policy_share_se"] == 0
+    untimed = str(tmp_path / "untimed")
+    train(CONFIG.replace(run={"seed": 1}), untimed)
+    assert "steps_per_s" not in grid.cell_row([directories[0], untimed])
+
+
 def test_grid_axes_parse_into_every_combination():
     axes = grid.parse_grid("es.noise=full,lowrank; es.population_size=8,16;es.antithetic=true")
     assert axes == [(("es.noise",), [("full",), ("lowrank",)]),
