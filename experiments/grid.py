@@ -26,6 +26,7 @@ import math
 import os
 import shutil
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -288,22 +289,25 @@ def plot_curves(cells: dict[str, list[str]], path: str, title: str) -> None:
     """Training reward (the population's mean, averaged over seeds) per cell, against
     the generation and against the training seconds (each seed's cumulative step times,
     averaged): quality per generation and per second side by side."""
-    figure, (by_step, by_time) = pyplot.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for label, directories in cells.items():
+    figure, (by_step, by_time) = pyplot.subplots(1, 2, figsize=(13, 3.8), sharey=True)
+    for index, (label, directories) in enumerate(cells.items()):
         runs = [train_records(d) for d in directories]
         steps = min(len(records) for records in runs)
         reward = np.mean([[r["reward_mean"] for r in records[:steps]] for records in runs],
                          axis=0)
         seconds = np.mean([np.cumsum([r["wall_time_s"] for r in records[:steps]])
                            for records in runs], axis=0)
-        by_step.plot(np.arange(1, steps + 1), reward, marker=".", label=label)
-        by_time.plot(seconds, reward, marker=".", label=label)
+        style = dict(marker=".", label=label, color=pyplot.cm.tab10(index % 10),
+                     linestyle=("-", "--", ":")[index // 10 % 3])
+        by_step.plot(np.arange(1, steps + 1), reward, **style)
+        by_time.plot(seconds, reward, **style)
     by_step.set_xlabel("generation")
     by_time.set_xlabel("training seconds (mean over seeds)")
     by_step.set_ylabel("training reward (population mean)")
-    by_step.legend(fontsize=7)
-    figure.suptitle(title, fontsize=9)
-    figure.tight_layout()
+    figure.legend(*by_step.get_legend_handles_labels(), loc="center right", fontsize=7,
+                  handlelength=3.5)
+    figure.suptitle(textwrap.fill(title, 160), fontsize=8)
+    figure.tight_layout(rect=(0, 0, 0.75, 1))
     figure.savefig(path, dpi=120)
     pyplot.close(figure)
 
