@@ -8,8 +8,9 @@ default's per-layer buffers), ``bench_memory`` and ``bench_rollout`` (each in it
 process, with its own time limit) at sizes that took 7.2 minutes on one H200 (2026-12-04;
 the limits add up to 9.5, inside one 10-minute device command), and prints ONE JSON
 object: where it ran (JAX backend and devices), each benchmark's own JSON result, the
-seconds each took, and the error of any that failed (the others still run). ``--sizes=smoke`` runs the same on the tiny random model in about
-a minute (for CPU tests of the script itself).
+seconds each took, and the error of any that failed (the others still run).
+``--sizes=smoke`` runs the same on the tiny random model in about a minute (for CPU tests
+of the script itself).
 """
 
 import json
