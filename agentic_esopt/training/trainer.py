@@ -139,6 +139,10 @@ def train(config: TrainConfig, workdir: str, *,
         initial = rule.init(model.params)
         state, recorder = resume(files, config, rule, source, checkpointer,
                                 initial if layout is None else layout.commit(initial), primary)
+        # From here the rule's state holds the parameters (ES copied them): the loaded ones
+        # and the initial state are freed, not kept beside it (experiments.plan counts on it).
+        model = dataclasses.replace(model, params=None)
+        del initial
         start = int(state.generation)
         if start:
             logging.info("resuming %s after generation %d of %d", files.workdir, start, total)
