@@ -90,7 +90,7 @@ def table(root: str) -> list[dict]:
     rows = []
     for folder, config, header, records, summary in runs:
         changed, movement = replayed(params(config), header, records)
-        strategy = es.strategies.agentic_esopt.from_spec(header["strategy"])
+        strategy = es.from_spec(header["strategy"])
         _, same_rewards = replayed(params(config), ref_header, ref_records, strategy)
         rows.append(dict(
             variant=variant(config), run=os.path.relpath(folder, root),

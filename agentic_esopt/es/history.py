@@ -24,8 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from agentic_esopt import fileio
+from agentic_esopt.es import strategies
 from agentic_esopt.es import strategy as strategy_lib
-from agentic_esopt.es.strategies import agentic_esopt as agentic_esopt_lib
 
 PyTree = Any
 FORMAT_VERSION = 1
@@ -191,7 +191,7 @@ def replay_generations(params: PyTree, header: dict, records: list[dict],
     """The ES state after each of ``records`` (read from a history) in turn, starting from
     a copy of ``params``. The next generation's ``tell`` consumes each state: read what you
     need of it before advancing."""
-    strategy = strategy or agentic_esopt_lib.from_spec(header["strategy"])
+    strategy = strategy or strategies.from_spec(header["strategy"])
     state = strategy.init(np.asarray(header["run_key"], np.uint32),
                           jax.tree.map(jnp.copy, params))
     yield state

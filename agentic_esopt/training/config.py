@@ -5,7 +5,7 @@ workdir's ``config.json``) with the sections
 
   run      seed, generations, evaluation and checkpoint cadence   (``RunOptions``, here)
   model    which model to load                                    (``models.loading.Options``)
-  es       the ES strategy                                        (``es.strategy.Options``)
+  es       the ES strategy                                        (``es.options.Options``)
   rollout  how agents play: turns, tokens, sampling, history, skill (``agents.rollout.Options``)
   eval     held-out evaluation                                    (``EvalOptions``, here)
   env      ``name`` plus that environment's own options           (the env's ``Options``)
@@ -31,7 +31,7 @@ import jax
 from agentic_esopt import envs, sharding
 from agentic_esopt import options as options_lib
 from agentic_esopt.agents import rollout
-from agentic_esopt.es import strategy as es_strategy
+from agentic_esopt.es import options as es_options
 from agentic_esopt.models import loading
 from agentic_esopt.training import rules
 
@@ -89,7 +89,7 @@ class EvalOptions:
         return problems
 
 
-SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_strategy.Options,
+SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_options.Options,
             "rollout": rollout.Options, "eval": EvalOptions,
             "mesh": sharding.MeshOptions, "distributed": sharding.DistributedOptions}
 NAMED_SECTIONS = ("env", "rule")  # ``name`` + that environment's / rule's own options
@@ -103,7 +103,7 @@ class TrainConfig:
 
     run: RunOptions
     model: loading.Options
-    es: es_strategy.Options
+    es: es_options.Options
     rollout: rollout.Options
     eval: EvalOptions
     env_name: str

@@ -40,12 +40,12 @@ def agentic_esopt_of(noise: str, antithetic: bool, precision: str, scope: str):
 
 def momentum_of(block_bytes):
     """SGD with momentum keeps a trace per entry: each block steps its own rows."""
-    algorithm = es.strategy.Algorithm(
-        shape=es.fitness.zscore, scale=lambda population: 1.0 / population.size,
-        optimizer=optax.sgd(0.3, momentum=0.9), learning_rate=es.schedules.constant(0.3),
-        spec={}, elementwise=True, block_bytes=block_bytes)
-    return es.strategy.make(es.strategy.Sampling(6, es.schedules.constant(0.1), "lowrank", 2),
-                            algorithm)
+    settings = es.options.Settings.of(6, 0.1, 0.3, noise="lowrank", rank=2,
+                                      optimizer=optax.sgd(0.3, momentum=0.9))
+    algorithm = es.strategy.Algorithm("momentum", shape=es.fitness.zscore,
+                                      scale=lambda population: 1.0 / population.size)
+    return es.strategy.make(settings, algorithm,
+                            es.update.Mode(elementwise=True, block_bytes=block_bytes))
 
 
 def blocked_and_whole(strategy_of, dtype, generations):

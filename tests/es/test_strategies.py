@@ -1,5 +1,6 @@
-"""ES algorithms as hooks: a second algorithm in this file, the registry, one validation."""
+"""ES algorithms as hooks: a third algorithm in this file, the registry, one keyword set."""
 
+import dataclasses
 import json
 
 import jax
@@ -17,19 +18,15 @@ def baseline_subtracted_ranks(rewards):
     return ranks - ranks.mean()
 
 
-def openai_es(population_size, sigma, learning_rate, noise="full", rank=1, antithetic=True,
-              scope="full", optimizer=None):
+def openai_es(population_size, sigma, learning_rate, antithetic=True, optimizer="adam",
+              **keywords):
     """OpenAI-ES (Salimans et al. 2017): ĝ = 1/(Gσ) Σ_i w_i ε_i, w baseline-subtracted
     centered ranks, Adam; the whole algorithm is this function."""
-    learning_rate = es.schedules.as_schedule(learning_rate)
-    algorithm = es.strategy.Algorithm(
-        shape=baseline_subtracted_ranks,
-        scale=lambda population: 1.0 / (population.size * population.sigma),
-        optimizer=optimizer or optax.adam(learning_rate), learning_rate=learning_rate,
-        spec={})
-    sampling = es.strategy.Sampling(population_size, es.schedules.as_schedule(sigma), noise,
-                                    rank, antithetic, scope)
-    return es.strategy.make(sampling, algorithm)
+    settings = es.options.Settings.of(population_size, sigma, learning_rate,
+                                      antithetic=antithetic, optimizer=optimizer, **keywords)
+    return es.strategy.make(settings, es.strategy.Algorithm(
+        "openai_es", shape=baseline_subtracted_ranks,
+        scale=lambda population: 1.0 / (population.size * population.sigma)))
 
 
 es.strategies.register("openai_es", openai_es)
@@ -65,8 +62,8 @@ def assert_trees_equal(x, y):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_the_test_strategy_is_registered_beside_agentic_esopt():
-    assert {"agentic_esopt", "openai_es"} <= set(es.strategies.names())
+def test_the_test_strategy_is_registered_beside_the_shipped_ones():
+    assert {"agentic_esopt", "openai_es", "random_search"} <= set(es.strategies.names())
     assert es.strategies.get("agentic_esopt") is es.agentic_esopt
     with pytest.raises(ValueError, match="already registered"):
         es.strategies.register("openai_es", es.agentic_esopt)
@@ -74,17 +71,49 @@ def test_the_test_strategy_is_registered_beside_agentic_esopt():
         es.strategies.get("cma")
 
 
+LEARNING_RATES = {"random_search": 1.0}  # Its α: the fraction of the way to the best.
+
+
 @pytest.mark.parametrize("name", es.strategies.names())
-def test_every_strategy_improves_an_analytic_objective_deterministically(name):
-    strategy = es.strategies.get(name)(16, 0.05, 0.1, noise="lowrank", rank=2,
-                                       antithetic=True)
+def test_every_strategy_improves_an_analytic_objective_and_replays_from_its_spec(name):
+    strategy = es.strategies.get(name)(16, 0.05, LEARNING_RATES.get(name, 0.1),
+                                       noise="lowrank", rank=2, antithetic=True)
     state, metrics = run(strategy, 20)
     initial = float(objective(ZEROS))
     assert float(objective(state.params)) > 0.5 * initial, name
     assert int(state.generation) == 20 and float(metrics["update_norm"]) > 0
-    assert_trees_equal(state, run(strategy, 20)[0])
     spec = json.loads(json.dumps(strategy.spec))
-    assert spec["population_size"] == 16 and spec["noise"] == "lowrank"
+    assert spec["strategy"] == name and spec["population_size"] == 16
+    assert_trees_equal(state, run(es.from_spec(spec), 20)[0])
+
+
+def test_one_keyword_set_builds_a_strategy_from_options_a_spec_and_the_factory():
+    options = es.options.Options(strategy="random_search", population_size=6,
+                                 sigma_schedule="constant", sigma_end=1e-3, antithetic=True)
+    keywords = es.options.keywords(options, generations=10)
+    built = [es.from_options(options, 10), es.random_search(**keywords)]
+    built.append(es.from_spec(built[0].spec))
+    assert [strategy.spec for strategy in built] == [built[0].spec] * 3
+    assert set(keywords) == {field.name for field in dataclasses.fields(es.options.Settings)}
+
+
+def test_random_search_owns_its_ask_and_moves_onto_the_best_member():
+    strategy = es.random_search(6, 0.05, 1.0, optimizer=optax.sgd(1.0))
+    state = strategy.init(3, jax.tree.map(jnp.copy, ZEROS))  # tell consumes it.
+    population = strategy.ask(state)
+    np.testing.assert_array_equal(population.signs, [0, 1, 1, 1, 1, 1])  # θ is member 0.
+    rewards = np.asarray(rewards_of(ZEROS, population))
+    best = int(np.argmax(rewards))
+    assert best != 0
+    member = es.noise.perturb(ZEROS, population, best)
+    state, metrics = strategy.tell(state, population, rewards)
+    np.testing.assert_array_equal(metrics["weights"], np.eye(6)[best])
+    for moved, expected in zip(jax.tree.leaves(state.params), jax.tree.leaves(member)):
+        np.testing.assert_allclose(moved, expected, rtol=1e-6, atol=1e-7)
+    kept = jax.tree.map(jnp.copy, state.params)
+    state, metrics = strategy.tell(state, strategy.ask(state), [1.0, 0, 0, 0, 0, 1.0])
+    assert float(metrics["update_norm"]) == 0  # The incumbent wins ties: θ stays.
+    assert_trees_equal(state.params, kept)
 
 
 def test_openai_es_applies_its_own_weights_and_scale():
@@ -153,16 +182,16 @@ BAD_SETTINGS = [  # (settings, how many problems they have)
 
 @pytest.mark.parametrize("settings, count", BAD_SETTINGS, ids=str)
 def test_the_config_and_the_factory_report_the_same_problems(settings, count):
-    options = es.strategy.Options(**settings)
+    options = es.options.Options(**settings)
     problems = options.problems()
     assert len(problems) == count, problems
     with pytest.raises(ValueError) as error:
-        es.strategies.agentic_esopt.from_options(options, generations=10)
+        es.from_options(options, generations=10)
     assert str(error.value).splitlines()[1:] == [f"  {p}" for p in problems]
 
 
 def test_population_size_two_is_the_smallest():
-    assert es.strategy.Options(population_size=2).problems() == []
+    assert es.options.Options(population_size=2).problems() == []
     with pytest.raises(ValueError, match="population_size must be >= 2"):
         es.agentic_esopt(1, 0.1, 0.1)
     with pytest.raises(ValueError, match="learning_rate is required"):

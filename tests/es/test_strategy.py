@@ -206,7 +206,7 @@ def test_tell_consumes_its_state():
 
 def test_stochastic_rounding_is_unbiased_and_keyed():
     x = jnp.asarray(np.random.default_rng(0).uniform(0.9, 1.1, 64), jnp.float32)
-    draws = jax.vmap(lambda k: es.strategy.stochastic_round(x, jnp.bfloat16, k))(
+    draws = jax.vmap(lambda k: es.update.stochastic_round(x, jnp.bfloat16, k))(
         jax.random.split(jax.random.key(0), 4096)).astype(jnp.float32)
     spacing = 2.0 ** -7  # bfloat16's spacing in [1, 2); the s.e. of a mean is < it/128.
     assert float(jnp.max(jnp.abs(draws.mean(0) - x))) < 5 * spacing / 128
@@ -214,8 +214,8 @@ def test_stochastic_rounding_is_unbiased_and_keyed():
     assert float(jnp.max(jnp.abs(draws.mean(0) - x))) < float(jnp.max(jnp.abs(nearest - x)))
     assert set(np.unique(np.abs(np.asarray(draws - x)) <= spacing)) == {True}
     np.testing.assert_array_equal(
-        es.strategy.stochastic_round(x, jnp.bfloat16, jax.random.key(1)),
-        es.strategy.stochastic_round(x, jnp.bfloat16, jax.random.key(1)))
+        es.update.stochastic_round(x, jnp.bfloat16, jax.random.key(1)),
+        es.update.stochastic_round(x, jnp.bfloat16, jax.random.key(1)))
 
 
 def bfloat16_steps(rounding="nearest", master_weights=False, generations=3, seed=0):
@@ -265,7 +265,7 @@ def test_rounding_settings_are_validated_together():
     with pytest.raises(ValueError, match="alternatives"):
         es.agentic_esopt(4, 0.1, 0.1, rounding="stochastic", master_weights=True)
     assert "rounding: unknown 'up'" in " ".join(
-        es.strategy.Options(rounding="up").problems())
+        es.options.Options(rounding="up").problems())
 
 
 @pytest.mark.parametrize("optimizer,noise", [("sgd", "lowrank"), ("sgd", "full"),
@@ -293,12 +293,12 @@ def test_a_scope_moves_only_its_leaves(optimizer, noise):
 
 
 def test_block_rows_fit_the_budget_and_the_last_block_takes_the_rest():
-    assert es.strategy.block_rows((600, 6), 64, min_rows=256) == 256  # 256 + 344.
-    assert es.strategy.block_rows((50,), 64) == 16  # 16 + 16 + 18.
-    assert es.strategy.block_rows((5, 7, 3), 64) == 1  # A row is 84 bytes: one per block.
-    assert es.strategy.block_rows((49152, 576), 16 * 2**20) == 7281
-    assert es.strategy.block_rows((50,), 120) == 50  # 30 + 20 rows: fewer than two blocks.
-    assert es.strategy.block_rows((50,), 0) == 50 and es.strategy.block_rows((), 64) == 1
+    assert es.update.block_rows((600, 6), 64, min_rows=256) == 256  # 256 + 344.
+    assert es.update.block_rows((50,), 64) == 16  # 16 + 16 + 18.
+    assert es.update.block_rows((5, 7, 3), 64) == 1  # A row is 84 bytes: one per block.
+    assert es.update.block_rows((49152, 576), 16 * 2**20) == 7281
+    assert es.update.block_rows((50,), 120) == 50  # 30 + 20 rows: fewer than two blocks.
+    assert es.update.block_rows((50,), 0) == 50 and es.update.block_rows((), 64) == 1
 
 
 BLOCKED_CASES = [  # noise, antithetic, precision, scope; stochastic rounding and full noise
@@ -360,4 +360,4 @@ def test_update_block_bytes_is_validated():
     with pytest.raises(ValueError, match="update_block_bytes must be an int >= 0"):
         es.agentic_esopt(4, 0.1, 0.1, update_block_bytes=-1)
     assert any("update_block_bytes" in problem for problem in
-               es.strategy.Options(update_block_bytes=1.5).problems())
+               es.options.Options(update_block_bytes=1.5).problems())

@@ -160,6 +160,21 @@ def test_lora_run_moves_only_adapters_replays_and_resumes_bitwise(tmp_path):
     assert_trees_equal(on_mesh.state, result.state)
 
 
+def test_another_es_strategy_trains_replays_and_resumes_through_the_es_rule(tmp_path):
+    config = CONFIG.replace(es=dict(strategy="random_search", learning_rate=1.0))
+    workdir = str(tmp_path / "run")
+    result = training.train(config, workdir)
+    header, records = es.history.read(os.path.join(workdir, "history.jsonl"))
+    assert header["strategy"]["strategy"] == "random_search"
+    assert all(record["signs"][0] == 0 for record in records)  # θ itself is member 0.
+    assert records[-1]["update_norm"] > 0  # It moved onto a better member.
+    initial = models.load("tiny").params
+    replayed = es.history.replay(initial, os.path.join(workdir, "history.jsonl"))
+    assert_trees_equal(replayed, result.state.params)
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "3"))  # Resume redoes generation 2.
+    assert_trees_equal(training.train(config, workdir).state, result.state)
+
+
 def test_lora_targets_the_model_lacks_are_an_error(tmp_path):
     config = CONFIG.replace(es=dict(scope="lora", lora_targets="q_proj,in_proj_qkv"))
     with pytest.raises(ValueError, match=r"es.lora_targets: LoRA targets \['in_proj_qkv'\] "

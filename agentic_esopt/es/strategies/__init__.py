@@ -1,22 +1,28 @@
 """The ES strategy registry, shaped like ``envs``: ``names()``, ``get(name)``, ``register``.
 
-A strategy is one module: its algorithm's hooks (``es.strategy.Algorithm``) and a factory
-that returns ``es.strategy.make(sampling, algorithm)``. A factory takes
-``(population_size, sigma, learning_rate)`` first and its other settings by keyword.
-Registering one is one line in ``_FACTORIES``, or ``register`` from outside the package.
+A strategy is one module: its hooks (``es.strategy.Algorithm``: weights, scale and, if
+it wants, its own sampling) and a factory ``factory(population_size, sigma,
+learning_rate, **keywords) -> es.strategy.make(settings, algorithm)`` taking the one
+keyword set of ``es.options.Settings``. That set also comes from a config's ``es``
+section (``from_options``) and from a recorded spec (``from_spec``). Registering one is
+one line in ``_FACTORIES``, or ``register`` from outside the package.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+import optax
+
+from agentic_esopt.es import options as options_lib
 from agentic_esopt.es import strategy as strategy_lib
-from agentic_esopt.es.strategies import agentic_esopt
+from agentic_esopt.es.strategies import agentic_esopt, random_search
 
 Factory = Callable[..., strategy_lib.Strategy]
 
 # name -> the factory building that strategy.
-_FACTORIES: dict[str, Factory] = {"agentic_esopt": agentic_esopt.agentic_esopt}
+_FACTORIES: dict[str, Factory] = {"agentic_esopt": agentic_esopt.agentic_esopt,
+                                  "random_search": random_search.random_search}
 
 
 def register(name: str, factory: Factory) -> None:
@@ -38,4 +44,18 @@ def get(name: str) -> Factory:
     return _FACTORIES[name]
 
 
-__all__ = ["Factory", "agentic_esopt", "get", "names", "register"]
+def from_options(options: options_lib.Options, generations: int) -> strategy_lib.Strategy:
+    """The strategy an ``es`` section describes, its σ schedule spanning ``generations``."""
+    return get(options.strategy)(**options_lib.keywords(options, generations))
+
+
+def from_spec(spec: dict, optimizer: optax.GradientTransformation | None = None
+              ) -> strategy_lib.Strategy:
+    """Rebuilds a strategy from its ``spec`` (a history's header; one without a name is
+    Agentic ESOpt's; custom optimizers must be passed again)."""
+    name = spec.get("strategy", options_lib.DEFAULT_STRATEGY)
+    return get(name)(**options_lib.spec_keywords(spec, optimizer))
+
+
+__all__ = ["Factory", "agentic_esopt", "from_options", "from_spec", "get", "names",
+           "random_search", "register"]

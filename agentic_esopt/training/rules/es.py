@@ -1,7 +1,8 @@
 """Agentic ESOpt as an update rule: the population around θ answers, ``tell`` moves θ.
 
-The ES settings are the config's ``es`` section (``es.strategy.Options``); the ``rule``
-section holds only ``name: es``. The rule keeps the es history (``history.jsonl``: each
+The ES settings are the config's ``es`` section (``es.options.Options``; ``es.strategy``
+names the algorithm in ``es.strategies``); the ``rule`` section holds only ``name: es``.
+The rule keeps the es history (``history.jsonl``: each
 generation's population, rewards and metrics), from which a run resumes, or is
 exported, by a bitwise replay without rollouts.
 
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from agentic_esopt import es
+from agentic_esopt import options as options_lib
 from agentic_esopt.agents import sources
 from agentic_esopt.models import lora
 from agentic_esopt.training import config as config_lib
@@ -35,18 +37,23 @@ class Options:
 
 
 def config_problems(sections: Mapping[str, Any]) -> list[str]:
-    """Each process plays its own members: at least one member per process."""
+    """A registered ES strategy, and at least one member per process (each process plays
+    its own members)."""
+    problems: list[str] = []
+    check = options_lib.checker(problems)
     processes = sections["distributed"].num_processes or 1
-    size = sections["es"].population_size
-    if size < processes:
-        return [f"es.population_size ({size}) must be >= distributed.num_processes "
-                f"({processes}): each process plays its own members"]
-    return []
+    size, name = sections["es"].population_size, sections["es"].strategy
+    check(name in es.strategies.names(),
+          f"es.strategy: unknown ES strategy {name!r}; choose one of {es.strategies.names()}")
+    check(size >= processes, f"es.population_size ({size}) must be >= "
+                             f"distributed.num_processes ({processes}): each process plays "
+                             f"its own members")
+    return problems
 
 
 def make_strategy(config: Any) -> es.Strategy:
     """The ES strategy of a ``TrainConfig`` (its σ schedule spans ``run.generations``)."""
-    return es.strategies.agentic_esopt.from_options(config.es, config.run.generations)
+    return es.from_options(config.es, config.run.generations)
 
 
 @dataclasses.dataclass(frozen=True)
