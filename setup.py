@@ -50,7 +50,14 @@ setup(
         "reasoning": [
             "reasoning-gym==0.1.25",
         ],
+        # experiments.plan's TPU targets: libtpu describes TPU slices (v5e:2x4, v5p:4x4x4)
+        # on any machine, so a run is compiled and sized for them before booking them. The
+        # libtpu jax's own `tpu` extra pins for jax 0.10.2 (a 200 MB wheel from PyPI).
+        "tpu": [
+            "libtpu==0.0.42.*",
+        ],
         "test": [
+            "agentic_esopt[tpu]",  # tests/experiments/test_plan_cli.py plans for a TPU slice
             "agentic_esopt[web]",  # the browser tests run in CI
             "agentic_esopt[reasoning]",  # tests/envs/test_reasoning_gym.py runs in CI
             "nltk>=3.9",  # the WebArena-Lite scoring tests (word tokens without downloads)

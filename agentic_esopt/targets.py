@@ -55,6 +55,9 @@ TPU_CHIPS: dict[str, Chip] = {
     "v5p": Chip(95 * GiB, 459e12, 2765e9, "https://cloud.google.com/tpu/docs/v5p"),
     "v6e": Chip(32 * GiB, 918e12, 1640e9, "https://cloud.google.com/tpu/docs/v6e"),
 }
+# Slices of at most this many chips are one host (v5litepod-8, v6e-8: one VM of 8 chips);
+# larger ones, and v4 and v5p slices, have libtpu's hosts of 4 chips.
+SINGLE_HOST_UP_TO = {"v5e": 8, "v6e": 8}
 # GPUs by a word of their device kind (``host`` targets; memory from the device itself).
 GPU_CHIPS: dict[str, Chip] = {
     "H100": Chip(80 * 10**9, 989e12, 3350e9, "https://www.nvidia.com/en-us/data-center/h100/"),
@@ -152,14 +155,18 @@ def _tpu(name: str, generation: str, topology: str) -> Target:
                          "that matches the pinned jax)")
     quiet_libtpu()
     from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+    chips = [int(d) for d in dims]
+    single_host = {}
+    if generation in SINGLE_HOST_UP_TO and math.prod(chips) <= SINGLE_HOST_UP_TO[generation]:
+        single_host = dict(chips_per_host_bounds=[*chips, 1][:3])
     try:
         devices = topologies.get_topology_desc(topology_name=f"{generation}:{topology}",
-                                               platform="tpu").devices
+                                               platform="tpu", **single_host).devices
     except Exception as error:  # pylint: disable=broad-except
         raise ValueError(f"target {name!r}: libtpu has no topology {generation}:{topology}: "
                          f"{str(error).splitlines()[0]}") from None
     chip = TPU_CHIPS[generation]
-    per_chip = len(devices) / math.prod(int(d) for d in dims)  # v4: two cores, two devices
+    per_chip = len(devices) / math.prod(chips)  # v4: two cores, two devices
     return Target(name, tuple(devices), int(chip.memory_bytes / per_chip),
                   chip.peak_flops / per_chip, chip.bandwidth / per_chip, chip.source, False)
 
