@@ -15,6 +15,12 @@ from typing import Any
 from agentic_esopt import options as options_lib
 
 
+class PluginError(ValueError):
+    """An implementation (environment, update rule) that breaks its contract, found when
+    a run is built or first uses it; the message names what is wrong and what is
+    expected (launchers print it as one line)."""
+
+
 class Registry:
     """Implementations of one kind (``kind``: "environment", "update rule"), by name;
     ``section`` is the config section that names one and holds its options."""
@@ -55,4 +61,14 @@ class Registry:
         if name not in self._implementations:
             return None, [f"{section}.name: unknown {self.kind} {name!r}; choose one of "
                           f"{self.names()}"]
-        return options_lib.build(self.module(name).Options, values, section)
+        options_cls = self.module(name).Options
+        fields = options_lib.field_types(options_cls)
+        unknown = sorted(set(values) - set(fields))
+        if len(unknown) < 2:  # One unknown key: a typo, named with its closest field.
+            return options_lib.build(options_cls, values, section)
+        _, problems = options_lib.build(
+            options_cls, {key: value for key, value in values.items() if key in fields},
+            section)
+        return None, [f"{section}: {self.kind} {name!r} has no options {', '.join(unknown)} "
+                      f"(the section was written for another {self.kind}); {name!r} takes: "
+                      f"{', '.join(sorted(fields)) or 'no options'}", *problems]

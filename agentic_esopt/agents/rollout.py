@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import numbers
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from agentic_esopt.agents.prompts import (Message, add_turn, initial_messages, p
 from agentic_esopt.envs.base import EnvFactory
 from agentic_esopt.models.kv_cache import Conversation, ConversationCache
 from agentic_esopt.models.sampling import Sampling
+from agentic_esopt.registry import PluginError
 
 
 class TurnTokens(NamedTuple):
@@ -134,8 +136,8 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
           policy: Policy, system_prompt: str | None, generation: int,
           max_turns: int | None, trajectory_path: str | Path | None) -> list[Trajectory]:
     """The turn loop of ``run_episodes`` over already-made environments."""
-    first = _each_env(envs, range(len(rows)),
-                      lambda i: envs[i].reset(tasks[rows[i][1]], max_turns=max_turns))
+    first = _each_env(envs, range(len(rows)), lambda i: _checked(
+        envs[i], "reset", envs[i].reset(tasks[rows[i][1]], max_turns=max_turns)))
     conversations = [initial_messages(system_prompt, observation) for observation in first]
     actions: list[list[str]] = [[] for _ in rows]
     rewards: list[list[float]] = [[] for _ in rows]
@@ -156,7 +158,8 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
                 turns[i].append(reply.tokens)
         replies = [r.text if isinstance(r, Reply) else r for r in replies]
         reply_of = dict(zip(active, replies))
-        results = _each_env(envs, active, lambda i: envs[i].step(reply_of[i]))
+        results = _each_env(envs, active,
+                            lambda i: _checked(envs[i], "step", envs[i].step(reply_of[i])))
         still_active = []
         for i, reply, (observation, reward, done, info) in zip(active, replies, results):
             conversations[i] = add_turn(conversations[i], reply, observation)
@@ -177,6 +180,23 @@ def _play(envs: list[Any], rows: list[tuple[int, int]], tasks: Sequence[Any],
     if trajectory_path is not None:
         write_trajectories(trajectory_path, trajectories)
     return trajectories
+
+
+_RETURNS = {"reset": "the first observation, a str",
+            "step": "StepResult(observation: str, reward: float, done: bool, info: dict)"}
+
+
+def _checked(env: Any, method: str, result: Any) -> Any:
+    """``result`` of ``env.<method>``; PluginError if it is not what the protocol says."""
+    if method == "reset":
+        valid = isinstance(result, str)
+    else:
+        valid = (isinstance(result, tuple) and len(result) == 4 and isinstance(result[0], str)
+                 and isinstance(result[1], numbers.Real) and isinstance(result[3], dict))
+    if not valid:
+        raise PluginError(f"{type(env).__name__}.{method} must return {_RETURNS[method]}, "
+                          f"got {result!r:.80}")
+    return result
 
 
 def _each_env(envs: list[Any], indices: Sequence[int], call: Callable[[int], Any]) -> list[Any]:

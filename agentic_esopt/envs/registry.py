@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_esopt import options as options_lib
-from agentic_esopt.registry import Registry
-from agentic_esopt.envs.base import Splits, split_problems
+from agentic_esopt.registry import PluginError, Registry
+from agentic_esopt.envs.base import Splits, TaskSource, split_problems
 
 _REGISTRY = Registry("environment", "env", {
     "sudoku": "agentic_esopt.envs.sudoku",
@@ -28,12 +28,29 @@ register, names, module = _REGISTRY.register, _REGISTRY.names, _REGISTRY.module
 default_options, build_options = _REGISTRY.default_options, _REGISTRY.build_options
 
 
+def check_tasks(name: str, source: TaskSource) -> None:
+    """Raises PluginError unless every held-out task and generation 0's training tasks
+    have an ``id`` (all the rollout engine needs of a task)."""
+    for where, tasks in (("eval_tasks", source.eval_tasks),
+                         ("train_tasks(0)", source.train_tasks(0))):
+        for index, task in enumerate(tasks):
+            if not hasattr(task, "id"):
+                raise PluginError(
+                    f"environment {name!r}: {where}[{index}] is a {type(task).__name__} "
+                    f"({task!r:.40}) without an `id`; every task needs a stable string "
+                    "`id` attribute (e.g. a frozen dataclass with an id field)")
+
+
 def make_from_options(name: str, options: Any, splits: Splits = Splits()) -> Any:
-    """The task source of environment ``name`` with already-built ``options``."""
+    """The task source of environment ``name`` with already-built ``options``; a
+    multi-turn one's tasks are checked (``check_tasks``)."""
     problems = split_problems(splits)
     if problems:
         raise ValueError("invalid splits:\n  " + "\n  ".join(problems))
-    return module(name).make_source(options, splits)
+    source = module(name).make_source(options, splits)
+    if isinstance(source, TaskSource):
+        check_tasks(name, source)
+    return source
 
 
 def make(name: str, *, seed: int = 0, tasks_per_generation: int = 4, eval_size: int = 32,

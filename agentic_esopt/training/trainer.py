@@ -137,6 +137,7 @@ def train(config: TrainConfig, workdir: str, *,
         checkpointer = closing.enter_context(contextlib.closing(
             Checkpointer(files.checkpoints, layout=layout)))
         initial = rule.init(model.params)
+        rules.check_state(config.rule_name, initial)
         state, recorder = resume(files, config, rule, source, checkpointer,
                                 initial if layout is None else layout.commit(initial), primary)
         # From here the rule's state holds the parameters (ES copied them): the loaded ones

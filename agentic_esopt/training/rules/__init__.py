@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentic_esopt.registry import Registry
+from agentic_esopt.registry import PluginError, Registry
 from agentic_esopt.training.rules.base import Rule, StepResult, reward_statistics
 
 _REGISTRY = Registry("update rule", "rule", {
@@ -31,10 +31,21 @@ def config_problems(name: str, sections: Mapping[str, Any]) -> list[str]:
     return check(sections) if check else []
 
 
+def check_state(name: str, state: Any) -> None:
+    """Raises PluginError unless rule ``name``'s state has ``params`` and ``generation``
+    (the loop evaluates, checkpoints and resumes by them)."""
+    missing = [f"`{field}`" for field in ("params", "generation") if not hasattr(state, field)]
+    if missing:
+        raise PluginError(f"update rule {name!r}: init(params) returned a "
+                          f"{type(state).__name__} without {' and '.join(missing)}; a rule's "
+                          "state must be a pytree with `params` and `generation` attributes "
+                          "(e.g. a flax.struct.dataclass)")
+
+
 def make(config: Any) -> Rule:
     """The update rule of a ``TrainConfig`` (``config.rule_name``)."""
     return module(config.rule_name).make(config)
 
 
-__all__ = ["Rule", "StepResult", "build_options", "config_problems", "default_options",
-           "make", "module", "names", "register", "reward_statistics"]
+__all__ = ["Rule", "StepResult", "build_options", "check_state", "config_problems",
+           "default_options", "make", "module", "names", "register", "reward_statistics"]
