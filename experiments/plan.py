@@ -151,7 +151,10 @@ def _peak_rss() -> int:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    config = launch.train_config(_CONFIG.value)
+    config_dict = _CONFIG.value
+    if _MODEL.value:  # The shapes come from --model: no weights need to exist.
+        config_dict.model.name = "tiny"
+    config = launch.train_config(config_dict)
     try:
         result = make_plan(config, _MODEL.value, _TARGET.value, _PROMPT_TOKENS.value)
     except ValueError as error:
