@@ -10,6 +10,7 @@ from agentic_esopt import models
 from agentic_esopt.agents import prompts, rollout, skills
 from agentic_esopt.envs import sudoku
 from agentic_esopt.envs.base import StepResult
+from agentic_esopt.registry import PluginError
 
 TASKS = (sudoku.generate_tasks(1, 4, 2, seed=0, split="train")
          + sudoku.generate_tasks(1, 4, 4, seed=0, split="train"))
@@ -125,6 +126,28 @@ def test_policy_and_environment_contract_violations_are_errors():
         rollout.run_episodes(sudoku.SudokuEnv, TASKS, lambda c, m, t: ["set 1 1 1"], [0])
     with pytest.raises(RuntimeError, match="did not end its episodes within max_turns=4"):
         rollout.run_episodes(NeverEnds, TASKS, lambda c, m, t: ["x"] * len(c), [0], max_turns=4)
+
+
+class ThreeTuples(NeverEnds):
+    """Returns (observation, reward, done): the wrong shape."""
+
+    def step(self, text):
+        return "ok", 1.0, True
+
+
+class ListObservations(NeverEnds):
+    def reset(self, task, *, max_turns=None):
+        return ["a list"]
+
+
+@pytest.mark.parametrize("env, message", [
+    (ThreeTuples, r"ThreeTuples.step must return StepResult\(observation: str, reward: float, "
+                  r"done: bool, info: dict\), got \('ok', 1.0, True\)"),
+    (ListObservations, r"ListObservations.reset must return the first observation, a str, "
+                       r"got \['a list'\]")])
+def test_an_environment_of_the_wrong_shape_is_a_plugin_error(env, message):
+    with pytest.raises(PluginError, match=message):
+        rollout.run_episodes(env, TASKS, lambda c, m, t: ["x"] * len(c), [0])
 
 
 def test_trim_history_keeps_system_first_observation_and_last_turns():

@@ -128,6 +128,11 @@ BAD_FLAGS = [
     (["--config.es.weight_decay=0.1"], "weight_decay only applies to optimizer='adamw'"),
     (["--config.model.name=/no/such/model.gguf"], "is not 'tiny'"),
     (["--config.rule.name=ppo"], "unknown update rule 'ppo'"),
+    (["--config.env.name=math_react"], "env: environment 'math_react' has no options "
+                                       "anchor_path, board_size, list_legal_moves, mask_count, "
+                                       "partial_credit (the section was written for another "
+                                       "environment); 'math_react' takes: data, difficulty"),
+    (["--config.es.strategy=cma"], "es.strategy: unknown ES strategy 'cma'; choose one of"),
     (["--config.mesh.shape=data:4,pipe:2"], "mesh axis 'pipe' is unknown"),
     (["--config.distributed.num_processes=2", "--config.distributed.process_id=5"],
      "distributed.process_id must be in [0, num_processes=2), got 5"),
