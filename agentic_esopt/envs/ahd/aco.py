@@ -9,7 +9,7 @@ vectorised: one numpy step advances all of them. Results depend only on the inpu
 the generator passed in, so a fixed seed gives a fixed answer.
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -90,6 +90,25 @@ def _deposit_on_edges(pheromone: np.ndarray, sources: np.ndarray, targets: np.nd
     np.add.at(pheromone, (targets, sources), amounts)
 
 
+Deposit = Callable[[np.ndarray], None]
+
+
+def _run_colony(size: int, desirability: np.ndarray, settings: ACOSettings,
+                construct: Callable[[np.ndarray], tuple[np.ndarray, Deposit]]) -> float:
+    """The loop every solver shares: each iteration the ants build their solutions from
+    the move weights (``construct`` -> (each ant's cost, how it deposits)), the pheromone
+    evaporates, then the ants deposit. Returns the lowest cost of every iteration."""
+    check_settings(settings)
+    pheromone = np.ones((size, size))
+    best = np.inf
+    for _ in range(settings.n_iterations):
+        costs, deposit = construct(_move_weights(pheromone, desirability, settings))
+        best = min(best, float(costs.min()))
+        pheromone *= settings.decay
+        deposit(pheromone)
+    return best
+
+
 def solve_tsp(distances: np.ndarray, desirability: np.ndarray, settings: ACOSettings,
               rng: np.random.Generator) -> float:
     """Best closed-tour length found by the colony.
@@ -103,13 +122,10 @@ def solve_tsp(distances: np.ndarray, desirability: np.ndarray, settings: ACOSett
     Returns:
         The shortest tour length over all ants and iterations.
     """
-    check_settings(settings)
     size = len(distances)
     ants = np.arange(settings.n_ants)
-    pheromone = np.ones((size, size))
-    best = np.inf
-    for _ in range(settings.n_iterations):
-        weights = _move_weights(pheromone, desirability, settings)
+
+    def construct(weights: np.ndarray) -> tuple[np.ndarray, Deposit]:
         tours = np.empty((settings.n_ants, size), dtype=np.int64)
         tours[:, 0] = rng.integers(size, size=settings.n_ants)
         unvisited = np.ones((settings.n_ants, size), dtype=bool)
@@ -119,11 +135,11 @@ def solve_tsp(distances: np.ndarray, desirability: np.ndarray, settings: ACOSett
             unvisited[ants, tours[:, step]] = False
         successors = np.roll(tours, -1, axis=1)
         lengths = distances[tours, successors].sum(axis=1)
-        best = min(best, float(lengths.min()))
-        pheromone *= settings.decay
-        _deposit_on_edges(pheromone, tours, successors,
-                          np.broadcast_to(_inverse(lengths)[:, None], tours.shape))
-    return best
+        return lengths, lambda pheromone: _deposit_on_edges(
+            pheromone, tours, successors,
+            np.broadcast_to(_inverse(lengths)[:, None], tours.shape))
+
+    return _run_colony(size, desirability, settings, construct)
 
 
 def solve_cvrp(distances: np.ndarray, demands: np.ndarray, capacity: float,
@@ -146,13 +162,10 @@ def solve_cvrp(distances: np.ndarray, demands: np.ndarray, capacity: float,
     Returns:
         The shortest total route length over all ants and iterations.
     """
-    check_settings(settings)
     size = len(distances)
     ants = np.arange(settings.n_ants)
-    pheromone = np.ones((size, size))
-    best = np.inf
-    for _ in range(settings.n_iterations):
-        weights = _move_weights(pheromone, desirability, settings)
+
+    def construct(weights: np.ndarray) -> tuple[np.ndarray, Deposit]:
         position = np.zeros(settings.n_ants, dtype=np.int64)
         load_left = np.full(settings.n_ants, float(capacity))
         unvisited = np.ones((settings.n_ants, size), dtype=bool)
@@ -175,12 +188,12 @@ def solve_cvrp(distances: np.ndarray, demands: np.ndarray, capacity: float,
             load_left = np.where(chosen == 0, capacity, load_left - demands[chosen])
             unvisited[ants, chosen] = False
             position = chosen
-        best = min(best, float(lengths.min()))
-        pheromone *= settings.decay
-        movers = np.array(movers)
-        _deposit_on_edges(pheromone, np.array(sources)[movers], np.array(targets)[movers],
-                          np.broadcast_to(_inverse(lengths), movers.shape)[movers])
-    return best
+        moved = np.array(movers)
+        return lengths, lambda pheromone: _deposit_on_edges(
+            pheromone, np.array(sources)[moved], np.array(targets)[moved],
+            np.broadcast_to(_inverse(lengths), moved.shape)[moved])
+
+    return _run_colony(size, desirability, settings, construct)
 
 
 def solve_bin_packing(sizes: np.ndarray, capacity: float, desirability: np.ndarray,
@@ -204,13 +217,10 @@ def solve_bin_packing(sizes: np.ndarray, capacity: float, desirability: np.ndarr
     Returns:
         The smallest number of bins over all ants and iterations.
     """
-    check_settings(settings)
     n_items = len(sizes)
     ants = np.arange(settings.n_ants)
-    pheromone = np.ones((n_items, n_items))
-    best = n_items
-    for _ in range(settings.n_iterations):
-        weights = _move_weights(pheromone, desirability, settings)
+
+    def construct(weights: np.ndarray) -> tuple[np.ndarray, Deposit]:
         unpacked = np.ones((settings.n_ants, n_items), dtype=bool)
         load = np.zeros(settings.n_ants)
         affinity = np.zeros((settings.n_ants, n_items))
@@ -227,11 +237,14 @@ def solve_bin_packing(sizes: np.ndarray, capacity: float, desirability: np.ndarr
             unpacked[ants, chosen] = False
             load += sizes[chosen]
             affinity += weights[chosen]
-        best = min(best, int(bin_count.min()))
         loads = np.stack([np.bincount(bins, weights=sizes, minlength=n_items)
                           for bins in bin_of_item])
         fitness = ((loads / capacity) ** 2).sum(axis=1) / bin_count
         shares_bin = bin_of_item[:, :, None] == bin_of_item[:, None, :]
-        pheromone *= settings.decay
-        pheromone += np.einsum("a,aij->ij", fitness, shares_bin)
-    return best
+
+        def deposit(pheromone: np.ndarray) -> None:
+            pheromone += np.einsum("a,aij->ij", fitness, shares_bin)
+
+        return bin_count, deposit
+
+    return int(_run_colony(n_items, desirability, settings, construct))
