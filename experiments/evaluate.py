@@ -13,14 +13,13 @@ modified.
 """
 
 import json
-from collections.abc import Sequence
 
-from absl import app, flags
+from absl import flags
 
 from agentic_esopt import envs, training
 from experiments import launch
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir to evaluate.", required=True)
+_WORKDIR = launch.define_workdir("Training workdir to evaluate.")
 _BASE = flags.DEFINE_bool("base", False, "Evaluate the base model instead of the latest "
                           "checkpoint.")
 _EVAL_SPLIT = flags.DEFINE_enum("eval_split", None, envs.base.EVAL_SPLITS,
@@ -32,23 +31,19 @@ _SKILL = flags.DEFINE_string("skill", None, "A skill file appended to the system
                              "evaluates without and with it.")
 
 
-def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def evaluate() -> str:
+    """The evaluation's JSON."""
     overrides = {name: flag.value for name, flag in (("split", _EVAL_SPLIT),
                                                      ("size", _EVAL_SIZE),
                                                      ("temperature", _EVAL_TEMPERATURE))
                  if flag.value is not None}
-    try:
-        if _SKILL.value is None:
-            result = training.evaluate_workdir(_WORKDIR.value, _BASE.value, overrides)
-        else:
-            result = training.evaluate_skill_effect(_WORKDIR.value, _SKILL.value,
-                                                    _BASE.value, overrides)
-    except (ValueError, FileNotFoundError) as error:
-        raise app.UsageError(str(error)) from error
-    print(json.dumps(result, indent=2))
+    if _SKILL.value is None:
+        result = training.evaluate_workdir(_WORKDIR.value, _BASE.value, overrides)
+    else:
+        result = training.evaluate_skill_effect(_WORKDIR.value, _SKILL.value, _BASE.value,
+                                                overrides)
+    return json.dumps(result, indent=2)
 
 
 if __name__ == "__main__":
-    launch.run(main)
+    launch.run_tool(evaluate)

@@ -14,15 +14,14 @@ the weights with the adapters folded in; ``--step=0 --merged`` writes the base m
 
 import shlex
 import sys
-from collections.abc import Sequence
 
-from absl import app, flags
+from absl import flags
 
 from agentic_esopt import models
 from agentic_esopt.training import export
 from experiments import launch
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Training workdir.", required=True)
+_WORKDIR = launch.define_workdir("Training workdir.")
 _OUT = flags.DEFINE_string("out", None, "Folder to write (must not exist).", required=True)
 _STEP = flags.DEFINE_integer("step", None, "Export the parameters after this many "
                              "generations (default: the newest checkpoint).")
@@ -32,18 +31,12 @@ _MERGED = flags.DEFINE_bool("merged", False, "LoRA runs (es.scope=lora): write t
                             "with the adapters folded in, not a PEFT adapter folder.")
 
 
-def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+def export_run() -> str:
+    """The exported folder (the command is recorded in it)."""
     command = "python -m experiments.export " + shlex.join(sys.argv[1:])
-    try:
-        out = export.export_run(_WORKDIR.value, _OUT.value, generation=_STEP.value,
-                                dtype=_DTYPE.value, merged=_MERGED.value,
-                                command=command)
-    except (ValueError, OSError) as error:
-        raise app.UsageError(str(error)) from error
-    print(out)
+    return export.export_run(_WORKDIR.value, _OUT.value, generation=_STEP.value,
+                             dtype=_DTYPE.value, merged=_MERGED.value, command=command)
 
 
 if __name__ == "__main__":
-    launch.run(main)
+    launch.run_tool(export_run)

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -114,6 +115,27 @@ def train_config(config_dict) -> training.TrainConfig:
         return training.TrainConfig.from_dict(config_dict.to_dict())
     except ValueError as error:
         raise app.UsageError(str(error)) from error
+
+
+def define_workdir(help_text: str) -> flags.FlagHolder:
+    """The required ``--workdir`` flag of a tool that reads a training workdir."""
+    return flags.DEFINE_string("workdir", None, help_text, required=True)
+
+
+def run_tool(action: Callable[[], Any]) -> None:
+    """``run`` for a tool of flags alone (no positional arguments): prints ``action()``;
+    its ValueErrors and OSErrors (a bad workdir, an output folder that exists) end it as
+    one-line errors."""
+    def main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        try:
+            result = action()
+        except (ValueError, OSError) as error:
+            raise app.UsageError(str(error)) from error
+        print(result)
+
+    run(main)
 
 
 def run(main: Callable[[list[str]], None]) -> None:
