@@ -108,6 +108,8 @@ def table(result: dict) -> str:
     else:
         lines.append(f"verdict: does not fit by {_gib(result['excess_bytes'])} GiB per "
                      "device; would fit with: " + "; ".join(result["suggestions"]))
+        if result["compile_error"]:
+            lines.append(f"the compiler refused a program: {result['compile_error']}")
     return "\n".join(lines)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 import types
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -354,6 +355,16 @@ def suggestions(config: TrainConfig, mesh: Mesh) -> list[str]:
     return found
 
 
+def _needed_bytes(message: str) -> int:
+    """The bytes a compiler's out-of-memory message says a program needs (XLA:TPU refuses
+    to compile what does not fit: "... required for HLO temporaries (27.29G) ..."); 0 if
+    it names none."""
+    found = re.search(r"\(([\d.]+)([KMG])\) exceeds", message)
+    if not found:
+        return 0
+    return int(float(found.group(1)) * 2 ** {"K": 10, "M": 20, "G": 30}[found.group(2)])
+
+
 def resolve_layout(config: ModelConfig, target: targets.Target) -> ModelConfig:
     """``cache_layout=auto`` as the target's backend resolves it (stacked off CPU)."""
     if config.cache_layout != "auto":
@@ -384,10 +395,19 @@ def plan(config: TrainConfig, model_config: ModelConfig, target: targets.Target,
     if build is None:
         raise ValueError(f"rule.name={config.rule_name} has no plan; plannable rules: es, grpo")
     arguments = (config, model_config, params, mesh, shapes)
-    programs = build(*arguments, target.processes) if build is es_programs else build(
-        *arguments)
+    try:
+        programs = build(*arguments, target.processes) if build is es_programs else build(
+            *arguments)
+    except jax.errors.JaxRuntimeError as error:
+        if "RESOURCE_EXHAUSTED" not in str(error):
+            raise ValueError(f"the run does not compile for {target.name}: "
+                             f"{str(error).splitlines()[0]}") from None
+        programs, compile_error = [], str(error).splitlines()[0]
+    else:
+        compile_error = None
     figures = [program_figures(p, target, mesh.devices.size) for p in programs]
-    peak = max(f["per_device_bytes"] for f in figures)
+    needed = _needed_bytes(compile_error) if compile_error else 0
+    peak = max([f["per_device_bytes"] for f in figures] + [needed])
     excess = peak - target.device_memory_bytes
     train = [f for f in figures if not f["name"].startswith("eval/") and f["calls"]]
     seconds = [f["seconds"] for f in train]
@@ -402,8 +422,9 @@ def plan(config: TrainConfig, model_config: ModelConfig, target: targets.Target,
         max_new_tokens=config.rollout.max_new_tokens,
         device_memory_bytes=target.device_memory_bytes, peak_flops=target.peak_flops,
         bandwidth=target.bandwidth, chip_source=target.source,
-        per_device_bytes=peak, fits=excess <= 0, excess_bytes=max(0, excess),
-        suggestions=suggestions(config, mesh) if excess > 0 else [],
+        per_device_bytes=peak, fits=excess <= 0 and compile_error is None,
+        excess_bytes=max(0, excess), compile_error=compile_error,
+        suggestions=suggestions(config, mesh) if excess > 0 or compile_error else [],
         flops_per_generation=sum(f["flops"] * f["calls"] for f in train),
         bytes_per_generation=sum(f["bytes_accessed"] * f["calls"] for f in train),
         seconds_per_generation=None if None in seconds else sum(seconds),
