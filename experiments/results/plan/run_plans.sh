@@ -13,3 +13,4 @@ import json,sys; r=json.load(open('$OUT/$name.json.tmp')); r['command']=sys.argv
 run sudoku_es_v5e-8 sudoku_qwen3_5_4b.py qwen3.5-4b tpu:v5e:2x4 data:2,model:4 fsdp 1024
 run sudoku_grpo_v5e-8 sudoku_qwen3_5_4b.py qwen3.5-4b tpu:v5e:2x4 data:1,model:8 fsdp 1024 --config.rule.name=grpo
 run sudoku_es_v5p-8 sudoku_qwen3_5_4b.py qwen3.5-4b tpu:v5p:2x2x1 data:2,model:2 fsdp 1024
+run sudoku_es_lowrank_v5e-8 sudoku_qwen3_5_4b.py qwen3.5-4b tpu:v5e:2x4 data:2,model:4 fsdp 1024 --config.es.noise=lowrank --config.es.rank=1
