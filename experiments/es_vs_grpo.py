@@ -4,10 +4,11 @@ Every run is the trainer on one config (``--config`` and its dotted overrides se
 runs share; default the main job's), run by ``experiments.grid`` (one model load,
 finished runs reused, interrupted ones resumed, failures recorded) in
 ``<workdir>/blanks<h>/<method>/seed<k>``. A horizon h is a board with h blanks and h
-turns. Within a seed every method plays the same puzzles with the same sampling keys.
-Methods:
+turns (``--turns_per_blank=3``: 3·h, as the reference plays). Within a seed every method
+plays the same puzzles with the same sampling keys. Methods:
 
-* ``es``: the config's ES (cosine σ);
+* ``es``: the config's ES (cosine σ), for ``--es_generations`` generations (default
+  GRPO's steps) evaluated every ``--es_eval_every``;
 * ``grpo``: ``rule.name=grpo`` with ``rule.group_size`` = ``es.population_size`` and
   learning rate ``--grpo_learning_rate``, so both see the same episodes per generation
   (G × tasks_per_generation) for the same number of generations;
@@ -22,8 +23,14 @@ after, each seed's final, the mean change ± its s.e. across seeds, wall time an
 estimated FLOPs per run; for ES rows the share of generations whose members' rewards
 all tied (no update), for GRPO the share of zero advantages; and for ES rows ES − GRPO
 final success with a 95% hierarchical bootstrap interval (resample seeds, then puzzles
-within each seed, the same for both methods). Written to ``table.md`` / ``table.json``
-with a plot ``success.png`` in ``--results`` (default: the workdir), and printed.
+within each seed, the same for both methods). Along the learning curves
+(``experiments.curves``: held-out success at each evaluation against episodes, estimated
+FLOPs and training seconds), ES rows compare with GRPO seed by seed at equal episodes,
+FLOPs and seconds (the smaller whole run's total): a seed-level t-interval on the paired
+differences (``minus_grpo_seed_t95``, at equal FLOPs), the bootstrap, the signs, areas
+under the curves and the budget to reach ``--threshold``. Written to ``table.md`` /
+``table.json`` with plots ``success.png`` and ``curves.png`` in ``--results`` (default:
+the workdir), and printed.
 
   python -m experiments.es_vs_grpo --horizons=2,4,6 --seeds=0,1,2 --compute_matched \
       --workdir=workdirs/es_vs_grpo --results=experiments/results/es_vs_grpo
@@ -35,7 +42,7 @@ import numpy as np
 from absl import app, flags
 
 from agentic_esopt import training
-from experiments import grid, launch
+from experiments import curves, grid, launch
 
 METHODS = ("es", "grpo", "es_constant", "es_compute")
 
@@ -43,12 +50,21 @@ _CONFIG = launch.define_config("experiments/configs/cpu_default.py",
                                "Config shared by every run.")
 _HORIZONS = flags.DEFINE_list("horizons", ["2", "4", "6"], "Blanks (= turns) per board.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Run seeds.")
+_TURNS_PER_BLANK = flags.DEFINE_integer("turns_per_blank", None, "Turns per blank (default: "
+                                       "one; the reference plays three).")
 _SIGMA_HORIZON = flags.DEFINE_integer("sigma_horizon", 4, "Horizon of the cosine vs "
                                                           "constant σ comparison (0 = none).")
 _GRPO_LEARNING_RATE = flags.DEFINE_float("grpo_learning_rate", None, "GRPO's learning rate "
                                          "(default: the rule's).")
 _COMPUTE_MATCHED = flags.DEFINE_bool("compute_matched", False, "Add es_compute runs: ES "
                                      "with GRPO's measured wall time per run.")
+_ES_GENERATIONS = flags.DEFINE_integer("es_generations", None, "Generations of the es and "
+                                      "es_constant runs (default: run.generations, GRPO's "
+                                      "steps); fixed in advance, e.g. from FLOPs per episode.")
+_ES_EVAL_EVERY = flags.DEFINE_integer("es_eval_every", None, "Held-out evaluation period "
+                                      "of the es runs (default: run.eval_every).")
+_THRESHOLD = flags.DEFINE_float("threshold", 0.5, "Held-out success whose first crossing "
+                                "the table reports in FLOPs (and episodes, seconds).")
 _WORKDIR = flags.DEFINE_string("workdir", "workdirs/es_vs_grpo", "Folder of the runs.")
 _RESULTS = flags.DEFINE_string("results", None, "Folder of the finished runs' result "
                                                 "files, table and plot (default: workdir).")
@@ -68,16 +84,22 @@ def method_changes(method: str, shared: training.TrainConfig) -> dict:
         if _GRPO_LEARNING_RATE.value is not None:
             rule["learning_rate"] = _GRPO_LEARNING_RATE.value
         return dict(rule=rule)
+    run = {key: flag.value for key, flag in (("generations", _ES_GENERATIONS),
+                                              ("eval_every", _ES_EVAL_EVERY))
+           if flag.value is not None}
     if method == "es_constant":
-        return dict(es={"sigma_schedule": "constant", "sigma_end": shared.es.sigma_start})
-    return {}
+        return dict(es={"sigma_schedule": "constant", "sigma_end": shared.es.sigma_start},
+                    run=run)
+    return dict(run=run)
 
 
 def make_run(shared: training.TrainConfig, horizon: int, method: str, seed: int,
              **changes) -> grid.Run:
-    config = shared.replace(env={"mask_count": horizon}, rollout={"max_turns": horizon},
-                            run={**changes.pop("run", {}), "seed": seed},
-                            **method_changes(method, shared), **changes)
+    method_sections = method_changes(method, shared)
+    run = {**method_sections.pop("run", {}), **changes.pop("run", {}), "seed": seed}
+    turns = horizon if _TURNS_PER_BLANK.value is None else _TURNS_PER_BLANK.value * horizon
+    config = shared.replace(env={"mask_count": horizon}, rollout={"max_turns": turns},
+                            run=run, **method_sections, **changes)
     return grid.Run(os.path.join(f"blanks{horizon}", method), seed, config)
 
 
@@ -134,14 +156,69 @@ def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> li
     rows = []
     for cell, directories in cells.items():
         horizon, method = int(cell.split(os.sep)[0][len("blanks"):]), cell.split(os.sep)[1]
+        run_curves = [curves.curve(d) for d in directories]
         row = dict(horizon=horizon, method=method, **grid.cell_row(directories),
-                   zero_spread_share=zero_spread_share(directories, method))
+                   zero_spread_share=zero_spread_share(directories, method),
+                   curve=curves.mean_curve(run_curves))
         if method != "grpo":
-            difference = grid.paired_difference(
-                directories, cells.get(os.path.join(f"blanks{horizon}", "grpo"), []))
+            grpo = cells.get(os.path.join(f"blanks{horizon}", "grpo"), [])
+            difference = grid.paired_difference(directories, grpo)
             row["minus_grpo_ci95"] = difference and difference["ci95"]
+            row.update(along_curves(directories, grpo))
         rows.append(row)
     return sorted(rows, key=lambda r: (r["horizon"], METHODS.index(r["method"])))
+
+
+def along_curves(directories: list[str], grpo: list[str]) -> dict:
+    """ES − GRPO along the learning curves of the seeds both finished, at equal episodes,
+    FLOPs and seconds (``curves.compare``); ``minus_grpo_seed_t95`` is the seed-level
+    interval at equal FLOPs."""
+    pairs = [(d, g) for d in directories for g in grpo
+             if os.path.basename(d) == os.path.basename(g)]
+    if not pairs:
+        return dict(minus_grpo_seed_t95=None, along_curves=None)
+    es_curves, grpo_curves = ([curves.curve(d) for d in side] for side in zip(*pairs))
+    compared = {axis: curves.compare(es_curves, grpo_curves, axis, _THRESHOLD.value)
+                for axis in curves.AXES}
+    flops = compared["flops"]
+    return dict(minus_grpo_seed_t95=flops and flops["t95"], along_curves=compared)
+
+
+def _interval(interval: list[float] | None) -> str:
+    return "" if not interval else f"[{interval[0]:+.3f}, {interval[1]:+.3f}]"
+
+
+def _budget_text(values: list[float | None], axis: str) -> str:
+    if any(v is None for v in values):
+        return f"{sum(v is not None for v in values)}/{len(values)} reached"
+    return f"{np.mean(values):.3g}" if axis != "seconds" else f"{np.mean(values):.0f}"
+
+
+def curves_markdown(rows: list[dict], threshold: float) -> str:
+    """ES − GRPO at equal episodes, FLOPs and seconds, with areas under the curves and
+    the budgets needed to reach ``threshold``."""
+    lines = ["| blanks | method | budget | common budget (mean) | ES − GRPO (mean) | "
+             "seed-level t 95% | bootstrap 95% | seeds better / tied / worse | "
+             "AUC ES vs GRPO | budget to reach the threshold ES vs GRPO |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for axis, c in (r.get("along_curves") or {}).items():
+            if c is None:
+                continue
+            signs = c["signs"]
+            lines.append(
+                f"| {r['horizon']} | {r['method']} | {axis} | "
+                f"{_budget_text(c['budget'], axis)} | {c['mean']:+.3f} | "
+                f"{_interval(c['t95'])} | {_interval(c['bootstrap95'])} | "
+                f"{signs['better']} / {signs['tied']} / {signs['worse']} | "
+                f"{np.mean(c['auc']):.3f} vs {np.mean(c['baseline_auc']):.3f} | "
+                f"{_budget_text(c['to_threshold'], axis)} vs "
+                f"{_budget_text(c['baseline_to_threshold'], axis)} |")
+    return ("\n".join(lines) + f"\n\nAlong the learning curves (threshold {threshold}): "
+            "each seed's ES and GRPO runs compared at the smaller of their whole runs' "
+            "totals, each at its last held-out evaluation within it; FLOPs are the rules' "
+            "estimates (GRPO's include remat's recomputed forward pass), seconds the "
+            "training generations' wall time (evaluations left out).\n")
 
 
 def table_markdown(rows: list[dict]) -> str:
@@ -184,13 +261,15 @@ def main(argv):
                                      run_missing=run_missing))
         runs += matched
     rows = tabulate(runs, outcomes, results)
-    table = table_markdown(rows)
+    table = table_markdown(rows) + "\n" + curves_markdown(rows, _THRESHOLD.value)
     failures = {name: outcome for name, outcome in outcomes.items() if grid.failed(outcome)}
     not_run = sum(outcome == grid.NOT_RUN for outcome in outcomes.values())
     grid.write_table(results, rows, table, runs=len(runs), failures=failures)
     if rows:
         grid.plot_cells(rows, [f"{r['horizon']} {r['method']}" for r in rows],
                         os.path.join(results, "success.png"), "ES vs GRPO")
+        curves.plot(rows, os.path.join(results, "curves.png"),
+                    "ES vs GRPO: held-out success along the runs")
     print(table + f"\n{len(runs)} runs, {len(failures)} failed, {not_run} not run",
           flush=True)
 

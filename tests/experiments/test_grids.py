@@ -178,9 +178,11 @@ def test_contract_sweep_command_writes_its_table(tmp_path):
 
 def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_path):
     result = run_module("experiments.es_vs_grpo", "--config.model.name=tiny",
-                        "--config.run.generations=2", "--config.es.population_size=4",
-                        "--config.eval.size=8", "--horizons=1", "--sigma_horizon=0",
-                        "--seeds=0,1", f"--workdir={tmp_path}")
+                        "--config.run.generations=2", "--config.run.eval_every=1",
+                        "--config.es.population_size=4", "--config.eval.size=8",
+                        "--horizons=1", "--sigma_horizon=0", "--turns_per_blank=3",
+                        "--es_generations=4", "--es_eval_every=2", "--seeds=0,1",
+                        f"--workdir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads((tmp_path / "table.json").read_text())["rows"]
     assert [(r["horizon"], r["method"]) for r in rows] == [(1, "es"), (1, "grpo")]
@@ -188,6 +190,18 @@ def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_p
     low, high = rows[0]["minus_grpo_ci95"]
     assert -1 <= low <= high <= 1 and "minus_grpo_ci95" not in rows[1]
     assert 0 <= rows[0]["zero_spread_share"] <= 1
+    es, grpo = rows
+    # 4 members (GRPO: a group of 4) × 4 tasks a generation; ES: 4 generations evaluated
+    # every 2; GRPO: 2 steps evaluated every step.
+    assert [p["episodes"] for p in es["curve"]] == [0, 32, 64]
+    assert [p["episodes"] for p in grpo["curve"]] == [0, 16, 32]
+    assert all(p["flops"] > 0 and p["seconds"] > 0 for p in es["curve"][1:] + grpo["curve"][1:])
+    low, high = es["minus_grpo_seed_t95"]
+    assert low <= es["along_curves"]["flops"]["mean"] <= high
+    assert sorted(es["along_curves"]) == ["episodes", "flops", "seconds"]
+    config = json.loads((tmp_path / "blanks1/es/seed0/config.json").read_text())
+    assert config["rollout"]["max_turns"] == 3 and config["run"]["generations"] == 4
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_compute_matching_buys_the_generations_the_undisturbed_step_times_give(tmp_path):

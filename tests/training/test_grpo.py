@@ -165,6 +165,16 @@ def learn_from(model, rule_, advantages):
                       state.reference, examples, 4, 1, 0, jax.random.key(0))
 
 
+def test_flops_count_the_forward_pass_that_remat_recomputes(model):
+    examples = list(zip(sampled_turns(model, ["p one", "p two"]), [1.0, -1.0]))
+    turn_tokens = sum(len(t.prompt_ids) + len(t.reply_ids) for t, _ in examples)
+    per_token = rules.base.forward_flops(model.params, 1)
+    plain, recomputed = (rule({"remat": remat, "epochs": 2})[0].flops(model.params, 10, examples)
+                         for remat in (False, True))
+    assert plain == pytest.approx(per_token * (10 + 4 * 2 * turn_tokens))
+    assert recomputed - plain == pytest.approx(per_token * 2 * turn_tokens)
+
+
 def test_zero_advantages_move_params_only_through_weight_decay(model):
     params, _, metrics = learn_from(model, rule()[0], [0.0, 0.0])
     assert metrics["grad_norm"] == 0.0  # KL against the start point has zero gradient.

@@ -100,9 +100,11 @@ class GRPORule(Rule):
     def flops(self, params: PyTree, rollout_tokens: int, examples) -> float:
         """Estimated FLOPs of a step: the rollouts' forward passes, then per epoch over
         every turn the reference's forward pass and the loss's forward and backward
-        passes (backward = 2 × forward)."""
+        passes (backward = 2 × forward), and with ``remat`` the forward pass the backward
+        pass recomputes."""
         turn_tokens = sum(len(turn.prompt_ids) + len(turn.reply_ids) for turn, _ in examples)
-        return forward_flops(params, rollout_tokens + 4 * self.options.epochs * turn_tokens)
+        passes = 4 + int(self.options.remat)
+        return forward_flops(params, rollout_tokens + passes * self.options.epochs * turn_tokens)
 
     def init(self, params: PyTree) -> grpo.GRPOState:
         """The policy starts as a copy of ``params``, which stay the frozen reference."""

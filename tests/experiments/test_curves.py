@@ -1,0 +1,64 @@
+"""Learning curves compared at equal budgets (``experiments.curves``)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from experiments import curves
+
+
+def points(successes, flops_per_point=10.0, solved=None):
+    """A curve evaluated every ``flops_per_point`` FLOPs (episodes and seconds alike)."""
+    return [dict(generation=i, episodes=i * flops_per_point, flops=i * flops_per_point,
+                 seconds=i * flops_per_point, success=s,
+                 solved=solved[i] if solved else [s, s], task_ids=["a", "b"])
+            for i, s in enumerate(successes)]
+
+
+def test_a_budget_reads_the_last_evaluation_within_it():
+    curve = points([0.1, 0.3, 0.6])
+    assert curves.at_budget(curve, "flops", 15.0)["success"] == 0.3
+    assert curves.at_budget(curve, "flops", 20.0)["success"] == 0.6
+    assert curves.at_budget(curve, "flops", 5.0)["success"] == 0.1
+
+
+def test_area_under_the_curve_holds_each_evaluation_until_the_next():
+    curve = points([0.0, 0.5, 1.0])
+    # [0, 10): 0.0, [10, 20): 0.5, [20, 25]: 1.0 → (0 + 5 + 5) / 25.
+    assert curves.area_under_curve(curve, "flops", 25.0) == pytest.approx(0.4)
+    assert curves.area_under_curve(curve, "flops", 10.0) == pytest.approx(0.0)
+
+
+def test_budget_to_reach_a_threshold_is_the_first_crossing_or_none():
+    curve = points([0.1, 0.6, 0.4, 0.9])
+    assert curves.budget_to_reach(curve, "flops", 0.5) == 10.0
+    assert curves.budget_to_reach(curve, "flops", 0.95) is None
+
+
+def test_the_seed_interval_is_a_student_t_interval_of_the_differences():
+    differences = [0.1, -0.05, 0.2, 0.0, 0.15]
+    low, high = curves.seed_t_interval(differences)
+    half = stats.t.ppf(0.975, 4) * np.std(differences, ddof=1) / np.sqrt(5)
+    assert (low, high) == pytest.approx((np.mean(differences) - half,
+                                         np.mean(differences) + half))
+    assert curves.seed_t_interval([0.3]) is None
+
+
+def test_methods_compare_at_the_smaller_whole_run_budget():
+    # ES runs to 40 FLOPs, GRPO to 20: compared at 20, where ES has 0.5 and GRPO 0.75.
+    es = [points([0.0, 0.25, 0.5, 0.75, 1.0]), points([0.0, 0.5, 0.5, 1.0, 1.0])]
+    grpo = [points([0.0, 0.5, 0.75]), points([0.0, 0.0, 0.25])]
+    compared = curves.compare(es, grpo, "flops", threshold=0.5)
+    assert compared["budget"] == [20.0, 20.0]
+    assert compared["differences"] == pytest.approx([-0.25, 0.25])
+    assert compared["signs"] == dict(better=1, tied=0, worse=1)
+    assert compared["to_threshold"] == [20.0, 10.0]
+    assert compared["baseline_to_threshold"] == [10.0, None]
+    low, high = compared["t95"]
+    assert low < 0 < high
+
+
+def test_runs_on_different_puzzles_do_not_compare():
+    es, grpo = points([0.0, 1.0]), points([0.0, 1.0])
+    grpo[-1] = {**grpo[-1], "task_ids": ["c", "d"]}
+    assert curves.compare([es], [grpo], "flops", 0.5) is None
