@@ -36,6 +36,7 @@ the workdir), and printed.
       --workdir=workdirs/es_vs_grpo --results=experiments/results/es_vs_grpo
 """
 
+import math
 import os
 
 import numpy as np
@@ -50,8 +51,8 @@ _CONFIG = launch.define_config("experiments/configs/cpu_default.py",
                                "Config shared by every run.")
 _HORIZONS = flags.DEFINE_list("horizons", ["2", "4", "6"], "Blanks (= turns) per board.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Run seeds.")
-_TURNS_PER_BLANK = flags.DEFINE_integer("turns_per_blank", None, "Turns per blank (default: "
-                                       "one; the reference plays three).")
+_TURNS_PER_BLANK = flags.DEFINE_float("turns_per_blank", 1.0, "Turns per blank, rounded up "
+                                     "per board (the reference plays three).")
 _SIGMA_HORIZON = flags.DEFINE_integer("sigma_horizon", 4, "Horizon of the cosine vs "
                                                           "constant σ comparison (0 = none).")
 _GRPO_LEARNING_RATE = flags.DEFINE_float("grpo_learning_rate", None, "GRPO's learning rate "
@@ -97,7 +98,7 @@ def make_run(shared: training.TrainConfig, horizon: int, method: str, seed: int,
              **changes) -> grid.Run:
     method_sections = method_changes(method, shared)
     run = {**method_sections.pop("run", {}), **changes.pop("run", {}), "seed": seed}
-    turns = horizon if _TURNS_PER_BLANK.value is None else _TURNS_PER_BLANK.value * horizon
+    turns = math.ceil(_TURNS_PER_BLANK.value * horizon)
     config = shared.replace(env={"mask_count": horizon}, rollout={"max_turns": turns},
                             run=run, **method_sections, **changes)
     return grid.Run(os.path.join(f"blanks{horizon}", method), seed, config)
@@ -246,6 +247,8 @@ def main(argv):
     shared = launch.train_config(_CONFIG.value)
     if shared.env_name != "sudoku":
         raise app.UsageError(f"the grid plays Sudoku; --config is {shared.env_name!r}")
+    if _TURNS_PER_BLANK.value <= 0:
+        raise app.UsageError(f"--turns_per_blank must be > 0, got {_TURNS_PER_BLANK.value}")
     horizons = _ints(_HORIZONS.value, "--horizons")
     seeds = _ints(_SEEDS.value, "--seeds")
     if _SIGMA_HORIZON.value and _SIGMA_HORIZON.value not in horizons:
