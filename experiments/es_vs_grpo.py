@@ -217,9 +217,10 @@ def curves_markdown(rows: list[dict], threshold: float) -> str:
                 f"{_budget_text(c['baseline_to_threshold'], axis)} |")
     return ("\n".join(lines) + f"\n\nAlong the learning curves (threshold {threshold}): "
             "each seed's ES and GRPO runs compared at the smaller of their whole runs' "
-            "totals, each at its last held-out evaluation within it; FLOPs are the rules' "
-            "estimates (GRPO's include remat's recomputed forward pass), seconds the "
-            "training generations' wall time (evaluations left out).\n")
+            "totals, each at its last held-out evaluation within it; FLOPs are the estimates "
+            "each run recorded (GRPO's count remat's recomputed forward pass in runs from "
+            "2026-12-05 on), seconds the training generations' wall time (evaluations left "
+            "out).\n")
 
 
 def table_markdown(rows: list[dict]) -> str:
