@@ -126,8 +126,9 @@ def execute(config, result: dict) -> dict:
     model_config = plan_lib.resolve_layout(
         published.model_config(result["model"])[0], targets.target(result["target"]))
     began = time.perf_counter()
-    params = plan_lib.random_params(model_config, config.model.dtype, layout)
-    model = models.Model(model_config, params, tiny.tiny_tokenizer())
+    model = models.Model(model_config,  # no other reference, so the trainer can drop them
+                         plan_lib.random_params(model_config, config.model.dtype, layout),
+                         tiny.tiny_tokenizer())
     weights_s = time.perf_counter() - began
     rule = rules.make(config)
     with tempfile.TemporaryDirectory() as workdir:

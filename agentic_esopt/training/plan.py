@@ -13,7 +13,8 @@ Nothing is allocated: ``jax.jit(...).lower(...).compile()`` gives XLA's
 
 Per device, a program needs its arguments + outputs + temporaries − donated (aliased)
 bytes, plus what stays resident meanwhile without being an argument (ES full-rank: θ while
-a member's copy runs, and the other members' kept caches; GRPO: the reference parameters
+a member's copy runs, and the other members' kept caches, unless
+``rollout.keep_kv_cache`` is off; GRPO: the reference parameters
 and AdamW's moments). The plan's figure is the largest program's. Seconds per generation
 are each program's roofline time, max(FLOPs / peak FLOP/s, bytes / bandwidth), times the
 calls a generation makes (every episode taking ``turns`` turns of ``max_new_tokens``; an
@@ -142,9 +143,13 @@ def random_params(config: ModelConfig, dtype: str, layout: sharding.Layout | Non
 
 def _compile(on: Mesh, function: Callable, /, *args, **kwargs) -> tuple[Any, PyTree]:
     """``function`` (jitted) compiled for abstract ``args``, and its abstract outputs with
-    the shardings the compiler chose (unplaced ones replicated on mesh ``on``)."""
+    the shardings the compiler chose (unplaced ones replicated on mesh ``on``); a compiler
+    error names the function it refused."""
     lowered = function.lower(*args, **kwargs)
-    compiled = lowered.compile()
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as error:
+        raise type(error)(f"{function.__name__}: {error}") from None
 
     def on_mesh(info, placed):  # A single-device output (a scalar) is replicated.
         placed = placed if isinstance(placed, NamedSharding) else NamedSharding(on, P())
@@ -244,7 +249,8 @@ def es_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, 
         programs += generation_programs(
             "es", model_config, member, decoder.no_deltas(member), tasks, shapes,
             config.rollout, config.rollout.temperature, mesh, shapes.turns * members,
-            resident=theta_bytes, extra_resident_caches=members - 1)
+            resident=theta_bytes,
+            extra_resident_caches=members - 1 if config.rollout.keep_kv_cache else 0)
     rewards = jax.ShapeDtypeStruct((config.es.population_size,), jnp.float32,
                                    sharding=NamedSharding(mesh, P()))
     tell, _ = _compile(mesh, rule.strategy.update, state, population, rewards)
@@ -350,6 +356,9 @@ def suggestions(config: TrainConfig, mesh: Mesh) -> list[str]:
     if config.rule_name == "es" and config.es.noise == "full":
         found.append("low-rank noise (--config.es.noise=lowrank): no perturbed copy of θ "
                      "and no cache per member")
+        if config.rollout.keep_kv_cache:
+            found.append("no kept caches (--config.rollout.keep_kv_cache=False): each "
+                         "member re-prefills its turn, as Qwen3.5's recurrent caches do anyway")
     found.append("fewer rows per device (fewer rollout.tasks_per_generation or eval.size, "
                  "or more devices on data) or shorter prompts")
     return found

@@ -62,11 +62,14 @@ def test_generation_programs_read_weights_and_cache(es_and_grpo):
 
 
 def test_full_rank_members_keep_theta_and_their_caches_resident():
-    result = plan.plan(config(es={"noise": "full", "antithetic": False}),
-                       tiny.tiny_config(), cpu4(), SHAPES)
+    full = {"noise": "full", "antithetic": False}
+    result = plan.plan(config(es=full), tiny.tiny_config(), cpu4(), SHAPES)
     programs = by_name(result)
     assert "es/perturb" in programs and "es/deltas" not in programs
     assert programs["es/decode"]["resident_bytes"] > result["param_bytes_per_device"]
+    unkept = plan.plan(config(es=full, rollout={"keep_kv_cache": False}),
+                       tiny.tiny_config(), cpu4(), SHAPES)
+    assert by_name(unkept)["es/decode"]["resident_bytes"] == result["param_bytes_per_device"]
 
 
 def test_a_tiny_device_does_not_fit_and_says_what_would():

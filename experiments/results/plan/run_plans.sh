@@ -21,8 +21,10 @@ run sudoku_grpo_v5p-8 $S qwen3.5-4b tpu:v5p:2x2x1 data:2,model:2 fsdp 1024 $GRPO
 run sudoku_grpo_v6e-8 $S qwen3.5-4b tpu:v6e:2x4 data:1,model:8 fsdp 1024 $GRPO
 run sudoku_es_v6e-8 $S qwen3.5-4b tpu:v6e:2x4 data:2,model:4 fsdp 1024
 run sudoku_es_lowrank_v5e-8 $S qwen3.5-4b tpu:v5e:2x4 data:2,model:4 fsdp 1024 $LOWRANK
-# docs/pods.md's v4-32 recipe (4 hosts x 4 chips): a multi-host slice, one process planned.
-run sudoku_es_v4-32 $S qwen3.5-4b tpu:v4:2x2x4 data:4,model:4 fsdp 1024
+# The fix that makes full-rank ES fit v5e-8: no kept per-member caches.
+run sudoku_es_nokeep_v5e-8 $S qwen3.5-4b tpu:v5e:2x4 data:2,model:4 fsdp 1024 --config.rollout.keep_kv_cache=False
+# docs/pods.md's v4-32 recipe's mesh on a v5p-32 (4 hosts x 4 chips): a multi-host slice, one process planned.
+run sudoku_es_v5p-32 $S qwen3.5-4b tpu:v5p:2x2x4 data:4,model:4 fsdp 1024
 run countdown_es_v5p-8 $C qwen2.5-7b tpu:v5p:2x2x1 data:2,model:2 fsdp 256
 run countdown_grpo_v5p-8 $C qwen2.5-7b tpu:v5p:2x2x1 data:2,model:2 fsdp 256 $GRPO
 run webarena_es_v5p-8 $W qwen3.5-27b tpu:v5p:2x2x1 data:1,model:4 fsdp 8192
