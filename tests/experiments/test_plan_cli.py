@@ -65,3 +65,9 @@ def test_launcher_refuses_a_run_that_does_not_fit(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert "does not fit its devices" in last and "GiB per device" in last
     assert not (tmp_path / "history.jsonl").exists()
+
+
+def test_results_page_table_is_rebuilt_from_the_committed_rows():
+    from experiments import plan_table  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(REPO, "docs", "results", "plan.md"), encoding="utf-8") as page:
+        assert plan_table.table(os.path.join(REPO, plan_table.FOLDER)) in page.read()
