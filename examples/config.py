@@ -2,7 +2,7 @@
 
     python -m experiments.train --config=PATH/TO/examples/config.py --workdir=DIR
 
-The launcher puts this file's folder first on ``sys.path``, so the modules beside it
+The launcher puts this file's folder last on ``sys.path``, so the modules beside it
 import from any working directory.
 """
 

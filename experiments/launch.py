@@ -3,8 +3,10 @@ configuration and plugin errors, and a quiet start.
 
 A config file is read from the path given (relative to the current directory; a
 launcher's default, relative to the repository, resolves wherever it runs), and its
-folder goes first on ``sys.path``, so a config file imports the user's modules beside it
-(environments, rules, strategies that register themselves; docs/extending.md).
+folder goes last on ``sys.path``, so a config file imports the user's modules beside it
+(environments, rules, strategies that register themselves; docs/extending.md) without
+them shadowing an installed package (the repository's ``configs/miniwob.py`` and the
+``miniwob`` package).
 """
 
 import ast
@@ -66,7 +68,7 @@ def define_config(default: str, help_text: str = "Config file (get_config() -> "
 
     ``default`` is relative to the repository (or absolute). A config file that does not
     exist or lacks ``get_config`` ends the program with one line naming it; the file's
-    folder goes first on ``sys.path``. An override of a key that the file's sections lack
+    folder goes last on ``sys.path``. An override of a key that the file's sections lack
     is kept, so that ``TrainConfig.from_dict`` names it with the closest key, beside every
     other problem (``train_config``). An override of a missing section (config_flags
     applies overrides when the flag is defined) ends the program with one line naming it.
@@ -81,7 +83,9 @@ def define_config(default: str, help_text: str = "Config file (get_config() -> "
     problem = config_file_problem(path)
     if problem:
         _fail(problem)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.append(folder)
     try:
         return config_flags.DEFINE_config_file("config", default, help_text,
                                                lock_config=False, accept_new_attributes=True)

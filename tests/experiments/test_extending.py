@@ -113,3 +113,16 @@ def test_a_broken_plugin_stops_with_one_line_naming_it(tmp_path, config_text, co
     assert completed.returncode != 0
     assert "Traceback" not in completed.stderr
     assert completed.stderr.strip().splitlines()[-1].startswith(line), completed.stderr[-2000:]
+
+
+def test_a_config_folder_does_not_shadow_installed_packages():
+    """experiments/configs/miniwob.py beside the miniwob package: the launcher's config
+    folder goes after installed packages, so ``import miniwob`` still finds the package."""
+    probe = ("import importlib.util, sys\n"
+             "sys.argv = ['train', '--config=experiments/configs/miniwob.py']\n"
+             "import experiments.train\n"
+             "spec = importlib.util.find_spec('miniwob')\n"
+             "print(spec and spec.origin)\n")
+    completed = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                               text=True, timeout=300, check=True)
+    assert os.path.join("experiments", "configs") not in completed.stdout, completed.stdout
