@@ -141,6 +141,17 @@ def state_checksum(state: Any) -> int:
     return crc
 
 
+def remove_unfinished_saves(directory: str) -> None:
+    """Deletes the temporary folders that saves cut short left in ``directory`` (process 0
+    deletes, every process waits). Done here rather than by orbax's
+    ``cleanup_tmp_directories``, whose thread ``close()`` does not wait for: a run stopped
+    right after opening its checkpoints printed that thread's traceback at exit."""
+    if sharding.is_primary() and os.path.isdir(directory):
+        for name in ocp.step.tmp_checkpoints(directory):
+            shutil.rmtree(os.path.join(directory, name))
+    sharding.sync("checkpoint: unfinished saves removed")
+
+
 class Checkpointer:
     """Saves and restores an update rule's state (a pytree with a ``generation``) and the
     reward source's JSON state with orbax, falling back past corrupt steps. A step is the
@@ -151,10 +162,10 @@ class Checkpointer:
     def __init__(self, directory: str, max_to_keep: int = 3,
                  layout: sharding.Layout | None = None):
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True,
-                                               enable_async_checkpointing=False,
-                                               cleanup_tmp_directories=True)
+                                               enable_async_checkpointing=False)
         self.directory = os.path.abspath(directory)
         self._layout = layout
+        remove_unfinished_saves(self.directory)
         with _orbax_errors_silenced():  # a damaged step's metadata is reported on restore
             self._manager = ocp.CheckpointManager(self.directory, options=options)
 

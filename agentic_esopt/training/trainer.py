@@ -134,10 +134,10 @@ def train(config: TrainConfig, workdir: str, *,
         closing.callback(source.close)  # browsers and other processes end with the run
         model = placed_model(config, model, layout)
         rule.check_params(model.params)
-        checkpointer = closing.enter_context(contextlib.closing(
-            Checkpointer(files.checkpoints, layout=layout)))
         initial = rule.init(model.params)
         rules.check_state(config.rule_name, initial)
+        checkpointer = closing.enter_context(contextlib.closing(
+            Checkpointer(files.checkpoints, layout=layout)))
         state, recorder = resume(files, config, rule, source, checkpointer,
                                 initial if layout is None else layout.commit(initial), primary)
         # From here the rule's state holds the parameters (ES copied them): the loaded ones

@@ -35,6 +35,21 @@ def test_round_trip_is_bitwise_in_any_dtype_with_the_source_state(tmp_path):
     checkpointer.close()
 
 
+def test_opening_removes_a_save_cut_short_and_keeps_the_finished_steps(tmp_path):
+    strategy, state = stepped_state()
+    checkpointer = Checkpointer(str(tmp_path), max_to_keep=2)
+    checkpointer.save(state)
+    checkpointer.close()
+    unfinished = tmp_path / "2.orbax-checkpoint-tmp-1733400000"
+    (unfinished / "state").mkdir(parents=True)
+    checkpointer = Checkpointer(str(tmp_path), max_to_keep=2)
+    assert not unfinished.exists()
+    assert checkpointer.steps() == [1]
+    restored, _ = checkpointer.restore_latest(strategy.init(5, PARAMS))
+    assert int(restored.generation) == 1
+    checkpointer.close()
+
+
 def test_restore_latest_sets_aside_steps_after_max_step(tmp_path):
     strategy, state = stepped_state()
     checkpointer = Checkpointer(str(tmp_path / "checkpoints"))
