@@ -398,6 +398,14 @@ def prompt_text(tokenizer: Any, messages: list[Message], chat_template: bool = T
     return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+def offset_tasks(policy: Policy, offset: int) -> Policy:
+    """``policy`` for a slice of a task list starting at position ``offset``: it sees the
+    tasks' positions in the whole list (which pick their sampling streams)."""
+    def shifted(conversations, members, task_indices):
+        return policy(conversations, members, [offset + i for i in task_indices])
+    return shifted
+
+
 def sample_streams(common: bool, members: Sequence[int], task_indices: Sequence[int]
                    ) -> np.ndarray:
     """Each row's sampling stream: its task's (``common``, for members of a population) or

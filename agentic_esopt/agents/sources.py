@@ -89,6 +89,8 @@ class EpisodeRewards:
       eval_temperature: sampling temperature of held-out evaluation.
       generate: ``models.generate`` or a stand-in.
       eval_repeats: episodes per held-out task (independent samples), pooled.
+      eval_batch_size: held-out tasks played together (0: all); batches play in turn,
+        each task with its own sampling streams, so the episodes do not depend on it.
     """
 
     source: Any
@@ -96,6 +98,7 @@ class EpisodeRewards:
     eval_temperature: float
     generate: rollout.Generate
     eval_repeats: int = 1
+    eval_batch_size: int = 0
 
     @property
     def system_prompt(self) -> str | None:
@@ -103,9 +106,11 @@ class EpisodeRewards:
 
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None,
-              members: Sequence[int], keep_tokens: bool = False
+              members: Sequence[int], keep_tokens: bool = False, first_task: int = 0
               ) -> tuple[list[rollout.Trajectory], rollout.PolicyUsage]:
-        """The episodes of ``members`` × ``tasks`` and what the policy's calls cost."""
+        """The episodes of ``members`` × ``tasks`` and what the policy's calls cost;
+        ``tasks`` are a task list's from position ``first_task`` on (it picks the
+        sampling streams)."""
         usage = rollout.PolicyUsage()
         if not members:
             return [], usage
@@ -114,6 +119,8 @@ class EpisodeRewards:
                                            generate=self.generate,
                                            extra_stop=self.source.stop,
                                            keep_tokens=keep_tokens, usage=usage)
+        if first_task:
+            policy = rollout.offset_tasks(policy, first_task)
         trajectories = rollout.run_episodes(
             self.source.env_factory, tasks, policy, members,
             system_prompt=self.system_prompt, generation=generation,
@@ -148,10 +155,13 @@ class EpisodeRewards:
         return trajectories, usage.fed
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
-        trajectories, _ = self._play(model, None, self.source.eval_tasks,
-                                     self.eval_temperature, key, generation, trajectory_path,
-                                     range(self.eval_repeats))
-        return episode_statistics(trajectories)
+        tasks = self.source.eval_tasks
+        size = self.eval_batch_size or len(tasks)
+        batches = [self._play(model, None, tasks[start:start + size], self.eval_temperature,
+                              key, generation, trajectory_path, range(self.eval_repeats),
+                              first_task=start)[0]
+                   for start in range(0, len(tasks), size)]
+        return episode_statistics(repeat_major(batches, self.eval_repeats))
 
     def state(self) -> dict[str, Any]:
         return {}
@@ -161,6 +171,15 @@ class EpisodeRewards:
 
     def close(self) -> None:
         self.source.close()
+
+
+def repeat_major(batches: Sequence[list[rollout.Trajectory]], repeats: int
+                 ) -> list[rollout.Trajectory]:
+    """Episodes of consecutive task batches, each repeat-major, in the order one batch of
+    all the tasks gives: repeat-major, then task order."""
+    return [trajectory for repeat in range(repeats) for batch in batches
+            for trajectory in batch[repeat * len(batch) // repeats:
+                                    (repeat + 1) * len(batch) // repeats]]
 
 
 def gather_trajectories(trajectories: list[rollout.Trajectory]) -> list[rollout.Trajectory]:

@@ -16,7 +16,7 @@ workdir's ``config.json``) with the sections
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
 training and evaluation sampling) derives from ``run.seed``. ``mesh``, ``distributed`` and
-``model.cache_layout`` say where and how a run runs, not what it computes
+``model.cache_layout`` and ``eval.batch_size`` say where and how a run runs, not what it computes
 (``LAYOUT_SECTIONS``, ``LAYOUT_FIELDS``): a workdir resumes under another layout.
 """
 
@@ -73,6 +73,10 @@ class EvalOptions:
                                                 "rollouts (0 = greedy).")
     repeats: int = options_lib.field(1, "Episodes per held-out task (independent samples; "
                                         "the reference's Sudoku evaluation uses 3).")
+    batch_size: int = options_lib.field(0, "Held-out tasks played together, in turn "
+                                           "(0: all of eval.size at once); smaller batches "
+                                           "bound evaluation's memory and play the same "
+                                           "episodes.")
 
     def problems(self) -> list[str]:
         problems: list[str] = []
@@ -83,6 +87,8 @@ class EvalOptions:
               f"got {self.split!r}")
         check(self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}")
         check(self.repeats >= 1, f"repeats must be >= 1, got {self.repeats}")
+        check(self.batch_size >= 0, f"batch_size must be >= 0 (0: all tasks at once), "
+                                    f"got {self.batch_size}")
         check(self.repeats == 1 or self.temperature > 0,
               f"repeats={self.repeats} of greedy evaluation give the same episodes; set "
               "eval.temperature > 0")
@@ -94,7 +100,8 @@ SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_options.Option
             "mesh": sharding.MeshOptions, "distributed": sharding.DistributedOptions}
 NAMED_SECTIONS = ("env", "rule")  # ``name`` + that environment's / rule's own options
 LAYOUT_SECTIONS = ("mesh", "distributed")
-LAYOUT_FIELDS = ("model.cache_layout",)  # How generation holds its KV cache.
+# How generation holds its KV cache, and how many held-out tasks it plays at once.
+LAYOUT_FIELDS = ("model.cache_layout", "eval.batch_size")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -260,11 +260,13 @@ def es_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, 
 
 def eval_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, mesh: Mesh,
                   shapes: Shapes, resident: int = 0) -> list[Program]:
-    """Held-out evaluation's programs: every episode of ``eval.size`` tasks ×
-    ``eval.repeats`` in one batch of the unperturbed parameters."""
+    """Held-out evaluation's programs: the unperturbed parameters play ``eval.size`` tasks
+    × ``eval.repeats`` in batches of ``eval.batch_size`` tasks (0: one batch)."""
+    batch = min(config.eval.batch_size or config.eval.size, config.eval.size)
+    batches = -(-config.eval.size // batch)
     return generation_programs("eval", model_config, params, decoder.no_deltas(params),
-                               config.eval.size * config.eval.repeats, shapes,
-                               config.rollout, config.eval.temperature, mesh, shapes.turns,
+                               batch * config.eval.repeats, shapes, config.rollout,
+                               config.eval.temperature, mesh, shapes.turns * batches,
                                resident)
 
 
@@ -359,8 +361,9 @@ def suggestions(config: TrainConfig, mesh: Mesh) -> list[str]:
         if config.rollout.keep_kv_cache:
             found.append("no kept caches (--config.rollout.keep_kv_cache=False): each "
                          "member re-prefills its turn, as Qwen3.5's recurrent caches do anyway")
-    found.append("fewer rows per device (fewer rollout.tasks_per_generation or eval.size, "
-                 "or more devices on data) or shorter prompts")
+    found.append("fewer rows per device (fewer rollout.tasks_per_generation, held-out "
+                 "tasks in batches: eval.batch_size, or more devices on data) or shorter "
+                 "prompts")
     return found
 
 

@@ -59,7 +59,8 @@ def make_reward_source(config: TrainConfig, files: RunFiles,
     source = envs.registry.make_from_options(config.env_name, config.env, config.splits)
     if isinstance(source, envs.TaskSource):
         return agents.sources.EpisodeRewards(source, config.rollout, config.eval.temperature,
-                                             generate, config.eval.repeats)
+                                             generate, config.eval.repeats,
+                                             config.eval.batch_size)
     if search_members is None:
         raise ValueError(f"rule.name={config.rule_name} trains on multi-turn episodes; "
                          f"environment {config.env_name!r} is a heuristic search")

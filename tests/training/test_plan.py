@@ -72,6 +72,14 @@ def test_full_rank_members_keep_theta_and_their_caches_resident():
     assert by_name(unkept)["es/decode"]["resident_bytes"] == result["param_bytes_per_device"]
 
 
+def test_held_out_tasks_in_batches_plan_smaller_calls_more_often():
+    whole, batched = (by_name(plan.plan(config(eval={"size": 8, "batch_size": batch_size}),
+                                        tiny.tiny_config(), cpu4(), SHAPES))
+                      for batch_size in (0, 3))  # batches of 3, 3 and 2 tasks
+    assert batched["eval/decode"]["calls"] == 3 * whole["eval/decode"]["calls"]
+    assert batched["eval/prefill"]["output_bytes"] < whole["eval/prefill"]["output_bytes"]
+
+
 def test_a_tiny_device_does_not_fit_and_says_what_would():
     target = dataclasses.replace(cpu4(), device_memory_bytes=1000)
     result = plan.plan(config(), tiny.tiny_config(), target, SHAPES)

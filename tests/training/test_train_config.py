@@ -19,6 +19,7 @@ BAD = [
     (dict(model=dict(name="no/such/model")), "model.name: 'no/such/model' is not 'tiny'"),
     (dict(model=dict(dtype="float8")), "model.dtype: unknown 'float8'"),
     (dict(model=dict(cache_layout="flat")), "model.cache_layout: unknown 'flat'"),
+    (dict(eval=dict(batch_size=-1)), "eval.batch_size must be >= 0"),
     (dict(es=dict(population_size=1)), "es.population_size must be >= 2"),
     (dict(es=dict(population_size=5, antithetic=True)), "antithetic sampling needs an even"),
     (dict(es=dict(noise="sparse")), "es.noise: unknown 'sparse'"),
@@ -158,18 +159,18 @@ def test_naming_another_rule_starts_from_its_defaults():
         VALID.replace(rule=dict(group_size=4))
 
 
-def test_a_workdir_resumes_under_another_cache_layout_but_not_another_model(tmp_path):
-    """``model.cache_layout`` is a layout setting: a workdir recorded with another one, or
-    before the option existed, resumes; another dtype is refused."""
+def test_a_workdir_resumes_under_another_layout_but_not_another_model(tmp_path):
+    """``model.cache_layout`` and ``eval.batch_size`` are layout settings: a workdir
+    recorded with others, or before they existed, resumes; another dtype is refused."""
     files = training.RunFiles(str(tmp_path))
     training.checkpoint.save_or_check_config(files, VALID)
     with open(files.config, encoding="utf-8") as f:
         recorded = json.load(f)
-    del recorded["model"]["cache_layout"]
+    del recorded["model"]["cache_layout"], recorded["eval"]["batch_size"]
     with open(files.config, "w", encoding="utf-8") as f:
         json.dump(recorded, f)
-    training.checkpoint.save_or_check_config(files, VALID.replace(model=dict(
-        cache_layout="stacked")))
+    training.checkpoint.save_or_check_config(files, VALID.replace(
+        model=dict(cache_layout="stacked"), eval=dict(batch_size=4)))
     with pytest.raises(ValueError, match="model.dtype: 'float32' in the workdir"):
         training.checkpoint.save_or_check_config(files, VALID.replace(model=dict(
             dtype="bfloat16")))

@@ -96,6 +96,24 @@ def test_evaluations_at_any_generation_sample_alike(finished):
     assert shifted["episode_rewards"] != first["episode_rewards"]
 
 
+def test_evaluation_in_batches_of_tasks_plays_the_same_episodes(finished):
+    workdir, _ = finished
+    model = models.load("tiny")
+    sampled = CONFIG.replace(eval=dict(size=5, repeats=2, temperature=1.0))
+
+    def evaluate(batch_size):
+        config = sampled.replace(eval=dict(batch_size=batch_size))
+        source = trainer.make_reward_source(config, training.RunFiles(workdir),
+                                            models.generate)
+        return source.evaluate(model, config_lib.sampling_key(
+            config, config_lib.EVAL_SAMPLING_STREAM, 0), 0, None)
+
+    whole, batched = evaluate(0), evaluate(2)  # batches of 2, 2 and 1 tasks
+    assert whole["episode_task_ids"] == [f"eval-{i}" for i in range(5)] * 2
+    assert len(set(whole["episode_rewards"])) > 1  # sampled episodes that differ
+    assert batched == whole
+
+
 def test_rerunning_a_finished_run_changes_nothing(finished, tmp_path):
     workdir, result = finished
     copy = shutil.copytree(workdir, tmp_path / "copy")
