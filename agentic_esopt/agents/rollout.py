@@ -247,6 +247,9 @@ class Options:
 
     tasks_per_generation: int = options_lib.field(4, "Tasks every member plays each "
                                                      "generation.")
+    batch_size: int = options_lib.field(0, "Tasks played together, in turn (0: all of a "
+                                           "generation's at once); smaller batches bound a "
+                                           "rollout's memory and play the same episodes.")
     max_turns: int | None = options_lib.field(None, "Cap on turns per episode (default: the "
                                                     "environment's own limit).")
     max_new_tokens: int = options_lib.field(32, "Tokens the agent may generate per turn.")
@@ -281,6 +284,8 @@ class Options:
         check = options_lib.checker(problems)
         check(self.tasks_per_generation >= 1,
               f"tasks_per_generation must be >= 1, got {self.tasks_per_generation}")
+        check(self.batch_size >= 0, f"batch_size must be >= 0 (0: all tasks at once), "
+                                    f"got {self.batch_size}")
         check(self.max_turns is None or self.max_turns >= 1,
               f"max_turns must be >= 1, got {self.max_turns}")
         check(self.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got "

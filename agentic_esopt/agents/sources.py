@@ -106,33 +106,36 @@ class EpisodeRewards:
 
     def _play(self, model: Any, population: Any, tasks: Any, temperature: float,
               key: jax.Array, generation: int, trajectory_path: str | None,
-              members: Sequence[int], keep_tokens: bool = False, first_task: int = 0
+              members: Sequence[int], batch_size: int = 0, keep_tokens: bool = False
               ) -> tuple[list[rollout.Trajectory], rollout.PolicyUsage]:
-        """The episodes of ``members`` × ``tasks`` and what the policy's calls cost;
-        ``tasks`` are a task list's from position ``first_task`` on (it picks the
-        sampling streams)."""
+        """The episodes of ``members`` × ``tasks`` (member-major, then task order) and
+        what the policy's calls cost, played in batches of ``batch_size`` tasks (0: one
+        batch) in turn; a task's sampling streams follow its position in ``tasks``, so
+        the batches do not change the episodes."""
         usage = rollout.PolicyUsage()
         if not members:
             return [], usage
-        policy = rollout.make_model_policy(model, population, self.options,
-                                           temperature=temperature, key=key,
-                                           generate=self.generate,
-                                           extra_stop=self.source.stop,
-                                           keep_tokens=keep_tokens, usage=usage)
-        if first_task:
-            policy = rollout.offset_tasks(policy, first_task)
-        trajectories = rollout.run_episodes(
-            self.source.env_factory, tasks, policy, members,
-            system_prompt=self.system_prompt, generation=generation,
-            max_turns=self.options.max_turns, trajectory_path=trajectory_path)
-        return trajectories, usage
+        size = batch_size or len(tasks)
+        batches = []
+        for start in range(0, len(tasks), size):
+            policy = rollout.make_model_policy(model, population, self.options,
+                                               temperature=temperature, key=key,
+                                               generate=self.generate,
+                                               extra_stop=self.source.stop,
+                                               keep_tokens=keep_tokens, usage=usage)
+            batches.append(rollout.run_episodes(
+                self.source.env_factory, tasks[start:start + size],
+                rollout.offset_tasks(policy, start), members,
+                system_prompt=self.system_prompt, generation=generation,
+                max_turns=self.options.max_turns, trajectory_path=trajectory_path))
+        return member_major(batches, len(members)), usage
 
     def rewards(self, model, population, generation, key, trajectory_path=None) -> Rewards:
         tasks = self.source.train_tasks(generation)
         members = sharding.process_slice(num_members(population))
         began = time.perf_counter()
         own, usage = self._play(model, population, tasks, self.options.temperature, key,
-                                generation, None, members)
+                                generation, None, members, self.options.batch_size)
         rollout_s = time.perf_counter() - began
         trajectories = gather_trajectories(own)
         if trajectory_path is not None and sharding.is_primary():
@@ -151,17 +154,14 @@ class EpisodeRewards:
         trajectories, usage = self._play(model, None, self.source.train_tasks(generation),
                                          self.options.temperature, key, generation,
                                          trajectory_path, range(group_size),
-                                         keep_tokens=True)
+                                         self.options.batch_size, keep_tokens=True)
         return trajectories, usage.fed
 
     def evaluate(self, model, key, generation, trajectory_path=None) -> dict[str, Any]:
-        tasks = self.source.eval_tasks
-        size = self.eval_batch_size or len(tasks)
-        batches = [self._play(model, None, tasks[start:start + size], self.eval_temperature,
-                              key, generation, trajectory_path, range(self.eval_repeats),
-                              first_task=start)[0]
-                   for start in range(0, len(tasks), size)]
-        return episode_statistics(repeat_major(batches, self.eval_repeats))
+        trajectories, _ = self._play(model, None, self.source.eval_tasks,
+                                     self.eval_temperature, key, generation, trajectory_path,
+                                     range(self.eval_repeats), self.eval_batch_size)
+        return episode_statistics(trajectories)
 
     def state(self) -> dict[str, Any]:
         return {}
@@ -173,13 +173,13 @@ class EpisodeRewards:
         self.source.close()
 
 
-def repeat_major(batches: Sequence[list[rollout.Trajectory]], repeats: int
+def member_major(batches: Sequence[list[rollout.Trajectory]], members: int
                  ) -> list[rollout.Trajectory]:
-    """Episodes of consecutive task batches, each repeat-major, in the order one batch of
-    all the tasks gives: repeat-major, then task order."""
-    return [trajectory for repeat in range(repeats) for batch in batches
-            for trajectory in batch[repeat * len(batch) // repeats:
-                                    (repeat + 1) * len(batch) // repeats]]
+    """Episodes of consecutive task batches, each member-major, in the order one batch of
+    all the tasks gives: member-major, then task order."""
+    return [trajectory for member in range(members) for batch in batches
+            for trajectory in batch[member * len(batch) // members:
+                                    (member + 1) * len(batch) // members]]
 
 
 def gather_trajectories(trajectories: list[rollout.Trajectory]) -> list[rollout.Trajectory]:

@@ -15,9 +15,10 @@ workdir's ``config.json``) with the sections
 
 ``TrainConfig.from_dict`` builds every section and raises one ValueError listing every
 problem of every section, before anything is loaded. Every random key of a run (ES noise,
-training and evaluation sampling) derives from ``run.seed``. ``mesh``, ``distributed`` and
-``model.cache_layout`` and ``eval.batch_size`` say where and how a run runs, not what it computes
-(``LAYOUT_SECTIONS``, ``LAYOUT_FIELDS``): a workdir resumes under another layout.
+training and evaluation sampling) derives from ``run.seed``. ``mesh``, ``distributed``,
+``model.cache_layout`` and the batch sizes ``rollout.batch_size`` and ``eval.batch_size``
+say where and how a run runs, not what it computes (``LAYOUT_SECTIONS``,
+``LAYOUT_FIELDS``): a workdir resumes under another layout.
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ SECTIONS = {"run": RunOptions, "model": loading.Options, "es": es_options.Option
             "mesh": sharding.MeshOptions, "distributed": sharding.DistributedOptions}
 NAMED_SECTIONS = ("env", "rule")  # ``name`` + that environment's / rule's own options
 LAYOUT_SECTIONS = ("mesh", "distributed")
-# How generation holds its KV cache, and how many held-out tasks it plays at once.
-LAYOUT_FIELDS = ("model.cache_layout", "eval.batch_size")
+# How generation holds its KV cache, and how many tasks it plays at once.
+LAYOUT_FIELDS = ("model.cache_layout", "rollout.batch_size", "eval.batch_size")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -226,7 +226,9 @@ def es_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, 
     init, state = _compile(mesh, jax.jit(rule.init), params)
     _, population = _compile(mesh, rule.strategy.ask, state)
     members = -(-config.es.population_size // processes)  # this process's share
-    tasks = config.rollout.tasks_per_generation
+    tasks, batches = task_batches(config.rollout.tasks_per_generation,
+                                  config.rollout.batch_size)
+    calls = shapes.turns * batches  # per member: a turn of each batch of tasks
     programs = [Program("es/init", init, 0, 0)]
     theta = state.params
     if config.es.noise == "lowrank":
@@ -234,21 +236,20 @@ def es_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, 
         batch = -(-kv_cache.bucket(rows) // mesh.shape[sharding.DATA]) * mesh.shape[
             sharding.DATA]
         deltas_program, deltas = _compile(
-        mesh, sampling._population_deltas,  # pylint: disable=protected-access
-        theta, population,
-            _rows(mesh, (batch,), jnp.int32), mesh=mesh)
-        programs.append(Program("es/deltas", deltas_program, shapes.turns, 0))
+            mesh, sampling._population_deltas,  # pylint: disable=protected-access
+            theta, population, _rows(mesh, (batch,), jnp.int32), mesh=mesh)
+        programs.append(Program("es/deltas", deltas_program, calls, 0))
         programs += generation_programs("es", model_config, theta, deltas, rows, shapes,
                                         config.rollout, config.rollout.temperature, mesh,
-                                        shapes.turns)
+                                        calls)
     else:
         perturb, member = _compile(mesh, es.noise.perturb, theta, population,
                                    jax.ShapeDtypeStruct((), jnp.int32))
         theta_bytes = per_device_bytes(theta)
-        programs.append(Program("es/perturb", perturb, shapes.turns * members, 0))
+        programs.append(Program("es/perturb", perturb, calls * members, 0))
         programs += generation_programs(
             "es", model_config, member, decoder.no_deltas(member), tasks, shapes,
-            config.rollout, config.rollout.temperature, mesh, shapes.turns * members,
+            config.rollout, config.rollout.temperature, mesh, calls * members,
             resident=theta_bytes,
             extra_resident_caches=members - 1 if config.rollout.keep_kv_cache else 0)
     rewards = jax.ShapeDtypeStruct((config.es.population_size,), jnp.float32,
@@ -258,12 +259,17 @@ def es_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, 
     return programs + eval_programs(config, model_config, theta, mesh, shapes)
 
 
+def task_batches(tasks: int, batch_size: int) -> tuple[int, int]:
+    """(tasks per batch, batches): ``tasks`` played in batches of ``batch_size`` (0: one)."""
+    batch = min(batch_size or tasks, tasks)
+    return batch, -(-tasks // batch)
+
+
 def eval_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, mesh: Mesh,
                   shapes: Shapes, resident: int = 0) -> list[Program]:
     """Held-out evaluation's programs: the unperturbed parameters play ``eval.size`` tasks
     × ``eval.repeats`` in batches of ``eval.batch_size`` tasks (0: one batch)."""
-    batch = min(config.eval.batch_size or config.eval.size, config.eval.size)
-    batches = -(-config.eval.size // batch)
+    batch, batches = task_batches(config.eval.size, config.eval.batch_size)
     return generation_programs("eval", model_config, params, decoder.no_deltas(params),
                                batch * config.eval.repeats, shapes, config.rollout,
                                config.eval.temperature, mesh, shapes.turns * batches,
@@ -279,10 +285,13 @@ def grpo_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree
     init, opt_state = _compile(mesh, jax.jit(rule.optimizer.init), params)
     params_bytes, moments = per_device_bytes(params), per_device_bytes(opt_state)
     rows = options.group_size * config.rollout.tasks_per_generation
+    tasks, batches = task_batches(config.rollout.tasks_per_generation,
+                                  config.rollout.batch_size)
     programs = [Program("grpo/init", init, 0, params_bytes)]
     programs += generation_programs("grpo", model_config, params, decoder.no_deltas(params),
-                                    rows, shapes, config.rollout, config.rollout.temperature,
-                                    mesh, shapes.turns, resident=params_bytes + moments)
+                                    options.group_size * tasks, shapes, config.rollout,
+                                    config.rollout.temperature, mesh, shapes.turns * batches,
+                                    resident=params_bytes + moments)
     window = kv_cache.bucket(config.rollout.max_new_tokens, grpo.MIN_SEQUENCE_BUCKET)
     length = kv_cache.bucket(shapes.prompt_tokens + config.rollout.max_new_tokens,
                              grpo.MIN_SEQUENCE_BUCKET)
@@ -361,9 +370,8 @@ def suggestions(config: TrainConfig, mesh: Mesh) -> list[str]:
         if config.rollout.keep_kv_cache:
             found.append("no kept caches (--config.rollout.keep_kv_cache=False): each "
                          "member re-prefills its turn, as Qwen3.5's recurrent caches do anyway")
-    found.append("fewer rows per device (fewer rollout.tasks_per_generation, held-out "
-                 "tasks in batches: eval.batch_size, or more devices on data) or shorter "
-                 "prompts")
+    found.append("fewer rows per device (tasks in batches: rollout.batch_size, "
+                 "eval.batch_size; or more devices on data) or shorter prompts")
     return found
 
 

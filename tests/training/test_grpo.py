@@ -211,6 +211,9 @@ def test_samples_are_independent_and_keep_their_tokens(model):
                                     config.rollout, 1.0, models.generate)
     trajectories, fed = source.samples(model, 3, 0, jax.random.key(1))
     assert [t.member for t in trajectories] == [0, 0, 1, 1, 2, 2]
+    batched = dataclasses.replace(source, options=dataclasses.replace(config.rollout,
+                                                                      batch_size=1))
+    assert batched.samples(model, 3, 0, jax.random.key(1)) == (trajectories, fed)
     assert fed == sum(len(t.turns[0].prompt_ids) + len(t.turns[0].reply_ids)
                       for t in trajectories)  # one turn each, nothing cached before it
     assert len({t.actions[0] for t in trajectories[::2]}) > 1  # Samples of a task differ.

@@ -72,12 +72,18 @@ def test_full_rank_members_keep_theta_and_their_caches_resident():
     assert by_name(unkept)["es/decode"]["resident_bytes"] == result["param_bytes_per_device"]
 
 
-def test_held_out_tasks_in_batches_plan_smaller_calls_more_often():
-    whole, batched = (by_name(plan.plan(config(eval={"size": 8, "batch_size": batch_size}),
-                                        tiny.tiny_config(), cpu4(), SHAPES))
-                      for batch_size in (0, 3))  # batches of 3, 3 and 2 tasks
-    assert batched["eval/decode"]["calls"] == 3 * whole["eval/decode"]["calls"]
-    assert batched["eval/prefill"]["output_bytes"] < whole["eval/prefill"]["output_bytes"]
+def test_tasks_in_batches_plan_smaller_calls_more_often():
+    def programs(rule, batch_size):  # 3 batches: of 3, 3 and 2 tasks
+        return by_name(plan.plan(config(rule={"name": rule}, rollout={
+            "tasks_per_generation": 8, "batch_size": batch_size, "temperature": 0.7},
+            eval={"size": 8, "batch_size": batch_size}), tiny.tiny_config(), cpu4(), SHAPES))
+    for rule, rollout in (("es", "es"), ("grpo", "grpo")):
+        whole, batched = programs(rule, 0), programs(rule, 3)
+        for name in (f"{rollout}/decode", "eval/decode"):
+            assert batched[name]["calls"] == 3 * whole[name]["calls"]
+        for name in (f"{rollout}/prefill", "eval/prefill"):
+            assert batched[name]["output_bytes"] < whole[name]["output_bytes"]
+    assert batched["grpo/train_step"]["calls"] == whole["grpo/train_step"]["calls"]
 
 
 def test_a_tiny_device_does_not_fit_and_says_what_would():

@@ -114,6 +114,16 @@ def test_evaluation_in_batches_of_tasks_plays_the_same_episodes(finished):
     assert batched == whole
 
 
+def test_a_run_with_tasks_in_batches_ends_the_same(finished, tmp_path):
+    workdir, result = finished
+    batched = training.train(CONFIG.replace(rollout=dict(batch_size=1),
+                                            eval=dict(batch_size=1)), str(tmp_path))
+    assert_trees_equal(batched.state, result.state)
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rs]
+    assert strip(metrics.read_metrics(tmp_path / "metrics.jsonl")) == strip(
+        metrics.read_metrics(os.path.join(workdir, "metrics.jsonl")))
+
+
 def test_rerunning_a_finished_run_changes_nothing(finished, tmp_path):
     workdir, result = finished
     copy = shutil.copytree(workdir, tmp_path / "copy")
