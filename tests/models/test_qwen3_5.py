@@ -3,6 +3,9 @@
 import copy
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -106,6 +109,45 @@ def test_chunked_delta_rule_equals_recurrent():
     out_ref, final_ref = qwen3_5.recurrent_delta_rule(q, k, v, g, beta, state)
     np.testing.assert_allclose(out, out_ref, atol=1e-5, rtol=0)
     np.testing.assert_allclose(final, final_ref, atol=1e-5, rtol=0)
+
+
+def unit_lower_systems(batch, size=64, width=256, seed=0):
+    """Unit lower-triangular systems like a Qwen3.5 chunk's (64 steps; values and keys of
+    128 + 128 columns), strictly lower entries in [-0.3, 0.3]."""
+    rng = np.random.RandomState(seed)
+    lower = np.tril(rng.uniform(-0.3, 0.3, (batch, size, size)), -1)
+    return (lower + np.eye(size)).astype(np.float32), rng.randn(batch, size, width).astype(
+        np.float32)
+
+
+def test_unit_lower_solve_on_cpu_solves():
+    system, rhs = unit_lower_systems(4)
+    expected = np.linalg.solve(system.astype(np.float64), rhs.astype(np.float64))
+    np.testing.assert_allclose(qwen3_5.unit_lower_solve(system, rhs), expected, atol=1e-5)
+
+
+def test_unit_lower_solve_returns_when_every_device_runs_it():
+    """LAPACK's batched solve of this size never returns when 8 host devices call it at
+    once (jax 0.10.2); the solve must (in a subprocess, so that a hang fails the test
+    instead of stalling the suite)."""
+    script = """
+import jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from agentic_esopt.models.architectures import qwen3_5
+import test_qwen3_5
+system, rhs = test_qwen3_5.unit_lower_systems(len(jax.devices()) * 64)
+rows = NamedSharding(Mesh(jax.devices(), ("data",)), P("data"))
+system, rhs = jax.device_put(system, rows), jax.device_put(rhs, rows)
+solve = jax.jit(qwen3_5.unit_lower_solve)
+for _ in range(20):  # LAPACK's kernel hung within 20 calls in 3 of 3 tries
+    solved = jax.block_until_ready(solve(system, rhs))
+system, rhs = np.asarray(system), np.asarray(rhs)
+print(len(jax.devices()), float(np.abs(np.einsum("bij,bjk->bik", system, solved) - rhs).max()))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(__file__), check=True)
+    devices, residual = done.stdout.split()
+    assert int(devices) == 8 and float(residual) < 1e-4
 
 
 def prompts():
