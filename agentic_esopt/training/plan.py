@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import flax.traverse_util
 import jax
 import jax.numpy as jnp
+import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from agentic_esopt import es, sharding, targets
@@ -276,13 +277,25 @@ def eval_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree
                                resident)
 
 
+def optimizer_shardings(optimizer: optax.GradientTransformation, params: PyTree) -> PyTree:
+    """The layout ``optimizer.init`` gives its state on sharded parameters outside jit:
+    each parameter-shaped leaf (AdamW's moments) as its parameter, the rest replicated.
+    (Left to the compiler, the moments' zeros, which depend on no input, come out on one
+    device.)"""
+    replicated = NamedSharding(jax.tree.leaves(params)[0].sharding.mesh, P())
+    return optax.tree_map_params(optimizer, lambda _, param: param.sharding,
+                                 jax.eval_shape(optimizer.init, params), params,
+                                 transform_non_params=lambda _: replicated)
+
+
 def grpo_programs(config: TrainConfig, model_config: ModelConfig, params: PyTree, mesh: Mesh,
                   shapes: Shapes) -> list[Program]:
     """A GRPO run's programs: the rollout of G samples per task, the reference's
     log-probabilities and the AdamW step, per mini-batch of turns; one evaluation."""
     rule = rules.make(config)
     options = config.rule
-    init, opt_state = _compile(mesh, jax.jit(rule.optimizer.init), params)
+    init, opt_state = _compile(mesh, jax.jit(rule.optimizer.init, out_shardings=(
+        optimizer_shardings(rule.optimizer, params))), params)
     params_bytes, moments = per_device_bytes(params), per_device_bytes(opt_state)
     rows = options.group_size * config.rollout.tasks_per_generation
     tasks, batches = task_batches(config.rollout.tasks_per_generation,

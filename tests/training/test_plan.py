@@ -52,6 +52,9 @@ def test_grpo_needs_more_than_es(es_and_grpo):
     assert grpo["per_device_bytes"] > es["per_device_bytes"]
     step = by_name(grpo)["grpo/train_step"]
     assert step["argument_bytes"] > 3 * grpo["param_bytes_per_device"]  # + AdamW moments
+    # The two float32 moments shard as the parameters do (model:2), not replicated.
+    assert by_name(grpo)["grpo/init"]["output_bytes"] == pytest.approx(
+        2 * grpo["param_bytes_per_device"], rel=0.05)
 
 
 def test_generation_programs_read_weights_and_cache(es_and_grpo):
