@@ -25,11 +25,13 @@ from jax.sharding import Mesh
 
 from agentic_esopt import sharding
 
-# What keeps libtpu quiet when it starts on a machine that is not a TPU VM (it warns that
-# it finds no metadata server, accelerator type or worker list); see ``quiet_libtpu``.
-LIBTPU_QUIET_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": "v5litepod-8",
-                    "TPU_WORKER_HOSTNAMES": "localhost", "TPU_STDERR_LOG_LEVEL": "3",
-                    "TPU_MIN_LOG_LEVEL": "3"}
+# How libtpu starts on a machine that is not a TPU VM (see ``libtpu_off_tpu``): quietly (it
+# warns that it finds no metadata server, accelerator type or worker list), and without
+# /tmp/libtpu_lockfile, which keeps a second process off a TPU VM's chips; a host without
+# chips has nothing to guard, and with it two planners on one host fail to start.
+LIBTPU_OFF_TPU_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_ACCELERATOR_TYPE": "v5litepod-8",
+                      "TPU_WORKER_HOSTNAMES": "localhost", "TPU_STDERR_LOG_LEVEL": "3",
+                      "TPU_MIN_LOG_LEVEL": "3", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 class Chip(NamedTuple):
@@ -153,7 +155,7 @@ def _tpu(name: str, generation: str, topology: str) -> Target:
     if not has_libtpu():
         raise ValueError(f"target {name!r} needs libtpu: pip install -e '.[tpu]' (the libtpu "
                          "that matches the pinned jax)")
-    quiet_libtpu()
+    libtpu_off_tpu()
     from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
     chips = [int(d) for d in dims]
     single_host = {}
@@ -171,13 +173,14 @@ def _tpu(name: str, generation: str, topology: str) -> Target:
                   chip.peak_flops / per_chip, chip.bandwidth / per_chip, chip.source, False)
 
 
-def quiet_libtpu() -> None:
+def libtpu_off_tpu() -> None:
     """On a machine without TPUs, keeps libtpu's start-up warnings (no metadata server, no
-    accelerator type, no worker list) out of the log: sets ``LIBTPU_QUIET_ENV`` where unset.
-    Call it before JAX starts its backends; a TPU VM is left as it is."""
+    accelerator type, no worker list) out of the log and lets several processes load it
+    (for topologies only): sets ``LIBTPU_OFF_TPU_ENV`` where unset. Call it before JAX
+    starts its backends; a TPU VM is left as it is."""
     if glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"):
         return
-    for name, value in LIBTPU_QUIET_ENV.items():
+    for name, value in LIBTPU_OFF_TPU_ENV.items():
         os.environ.setdefault(name, value)
 
 

@@ -51,7 +51,7 @@ from agentic_esopt.models import published  # noqa: E402
 from agentic_esopt.training import plan as plan_lib  # noqa: E402
 from experiments import launch  # noqa: E402
 
-targets.quiet_libtpu()
+targets.libtpu_off_tpu()
 _CONFIG = launch.define_config("experiments/configs/cpu_default.py")
 _TARGET = flags.DEFINE_string("target", "host", "cpu:N, host, or tpu:GENERATION:TOPOLOGY "
                                                 "(e.g. tpu:v5e:2x4, tpu:v5p:4x4x4).")

@@ -46,15 +46,19 @@ def test_bad_input_is_one_line(args, message):
 
 
 @pytest.mark.skipif(not targets.has_libtpu(), reason="libtpu is not installed")
-def test_tpu_topology_plan_is_quiet():
-    done = run("experiments.plan", *TINY, "--target=tpu:v5e:2x2",
-               "--config.mesh.shape=data:2,model:2", "--config.model.dtype=bfloat16", "--json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
-    assert result["device_kind"] == "TPU v5 lite" and result["fits"]
-    assert result["device_memory_bytes"] == 16 * 2**30
-    assert result["seconds_per_generation"] > 0
-    assert "TPU_WORKER_HOSTNAMES" not in done.stderr and "InitGoogle" not in done.stderr
+def test_tpu_topology_plans_are_quiet_and_run_side_by_side():
+    command = [sys.executable, "-m", "experiments.plan", *TINY, "--target=tpu:v5e:2x2",
+               "--config.mesh.shape=data:2,model:2", "--config.model.dtype=bfloat16", "--json"]
+    planners = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for planner in planners:
+        stdout, stderr = planner.communicate(timeout=300)
+        assert planner.returncode == 0, stderr[-2000:]
+        result = json.loads(stdout)
+        assert result["device_kind"] == "TPU v5 lite" and result["fits"]
+        assert result["device_memory_bytes"] == 16 * 2**30
+        assert result["seconds_per_generation"] > 0
+        assert "TPU_WORKER_HOSTNAMES" not in stderr and "InitGoogle" not in stderr
 
 
 def test_launcher_refuses_a_run_that_does_not_fit(tmp_path):
