@@ -1,6 +1,7 @@
 r"""One prepared accelerator check: generation, memory and rollout benchmarks in one go.
 
   python -m experiments.accelerator_check > accelerator.json     # on a GPU / TPU machine
+  python -m experiments.accelerator_check --sizes=plan > plan.json
 
 Runs ``bench_generate`` in both KV cache layouts (``bench_generate``: stacked, the
 accelerators' default, with the Qwen3.5 row; ``bench_generate_per_layer``: the CPU
@@ -9,8 +10,11 @@ process, with its own time limit) at sizes that took 7.2 minutes on one H200 (20
 the limits add up to 9.5, inside one 10-minute device command), and prints ONE JSON
 object: where it ran (JAX backend and devices), each benchmark's own JSON result, the
 seconds each took, and the error of any that failed (the others still run).
-``--sizes=smoke`` runs the same on the tiny random model in about a minute (for CPU tests
-of the script itself).
+``--sizes=plan`` (issue 50's GPU comparison, a second device command) runs
+``experiments.plan --target=host --execute`` for SmolLM2-135M and Qwen3.5-4B: each plan's
+per-device memory beside the device's measured peak (``execute.comparison``).
+``--sizes=smoke`` runs all of them on the tiny random model in about two minutes (for CPU
+tests of the script itself).
 """
 
 import json
@@ -28,6 +32,12 @@ GENERATE = ["--batch_sizes=1,8,64", "--prompt_len=128", "--new_tokens=64",
 GENERATE_SMOKE = ["--model=tiny", "--batch_sizes=1,4", "--prompt_len=16", "--new_tokens=8",
                   "--population_size=4", "--rows_per_member=1", "--sequential_members=1",
                   "--repeats=1", "--torch=false", "--qwen3_5=false"]
+# One ES generation of a model with random weights on this machine's devices beside its plan
+# (``experiments.plan --execute``): G = 2, one task, one turn of 4 tokens.
+EXECUTE = ["--target=host", "--execute", "--config.es.population_size=2",
+           "--config.rollout.tasks_per_generation=1", "--config.rollout.max_turns=1",
+           "--config.rollout.max_new_tokens=4", "--config.eval.size=1"]
+SUDOKU_4B = ["--config=experiments/configs/sudoku_qwen3_5_4b.py", "--prompt_tokens=256"]
 SIZES = {
     # report name -> (benchmark, arguments, time limit in seconds); the limits add up to
     # 9.5 minutes. Seconds taken on one H200 (2026-12-04): 94, 82, 188, 67.
@@ -39,6 +49,13 @@ SIZES = {
         "bench_rollout": ("bench_rollout", ["--rows=64", "--turns=10",
                                             "--reprefill_turns=1,10"], 100),
     },
+    # The planner's memory prediction against the device's measured peak: the embedded
+    # SmolLM2 and the paper's Sudoku model (Qwen3.5-4B, bfloat16).
+    "plan": {
+        "plan_smollm2": ("plan", ["--config=experiments/configs/cpu_default.py",
+                                  *EXECUTE], 200),
+        "plan_qwen3.5-4b": ("plan", [*SUDOKU_4B, "--model=qwen3.5-4b", *EXECUTE], 360),
+    },
     "smoke": {
         "bench_generate": ("bench_generate", [*GENERATE_SMOKE, "--cache_layout=stacked"], 300),
         "bench_generate_per_layer": ("bench_generate",
@@ -48,10 +65,14 @@ SIZES = {
         "bench_rollout": ("bench_rollout", ["--model=tiny", "--rows=3", "--turns=2",
                                             "--obs_tokens=6", "--reply_tokens=3",
                                             "--reprefill_turns=1,2"], 300),
+        "plan": ("plan", ["--config=experiments/configs/cpu_default.py", "--model=tiny",
+                          "--prompt_tokens=16", *EXECUTE], 300),
     },
 }
 
-_SIZES = flags.DEFINE_enum("sizes", "accelerator", list(SIZES), "Benchmark sizes.")
+_SIZES = flags.DEFINE_enum("sizes", "accelerator", list(SIZES),
+                           "accelerator: the benchmarks; plan: the planner against measured "
+                           "peaks; smoke: all of them on the tiny model.")
 
 
 def run_benchmark(name: str, arguments: list[str], limit_s: int) -> dict:

@@ -15,7 +15,8 @@ weights are read (``training.plan``).
 
 ``--execute`` also runs one ES generation of the model with random weights on this host's
 devices (the target must be ``cpu:N`` or ``host``), through the trainer's own code path,
-and reports its wall time and peak RSS beside the plan.
+and reports its wall time and its measured memory peak beside the plan's (``comparison``:
+a device's ``peak_bytes_in_use`` on GPU and TPU, the process's peak RSS on CPU).
 """
 
 import os
@@ -142,13 +143,44 @@ def execute(config, result: dict) -> dict:
         jax.block_until_ready(step.metrics)
         generation_s = time.perf_counter() - began
         source.close()
-    return dict(weights_s=weights_s, generation_s=generation_s, rss_before_bytes=rss_before,
-                peak_rss_bytes=_peak_rss(), forward_tokens=step.rewards.metrics.get(
-                    "forward_tokens"), rewards=[float(r) for r in step.rewards.rewards])
+    measured = dict(weights_s=weights_s, generation_s=generation_s,
+                    rss_before_bytes=rss_before, peak_rss_bytes=_peak_rss(),
+                    device_peak_bytes=_device_peak_bytes(),
+                    forward_tokens=step.rewards.metrics.get("forward_tokens"),
+                    rewards=[float(r) for r in step.rewards.rewards])
+    return dict(measured, comparison=comparison(result, measured))
 
 
 def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
+
+
+def _device_peak_bytes() -> int | None:
+    """The largest ``peak_bytes_in_use`` of this process's devices, where the backend keeps
+    it (GPU, TPU); None on CPU, whose devices report no memory statistics."""
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
+    peaks = [peak for peak in peaks if peak is not None]
+    return max(peaks) if peaks else None
+
+
+def comparison(result: dict, measured: dict) -> dict:
+    """The plan's memory prediction beside what ``execute`` measured: a device's peak
+    against the plan's largest per-device total where devices keep memory statistics;
+    else (CPU devices share the host's memory) the process's peak RSS against that total
+    on every device plus the RSS before the weights."""
+    if measured["device_peak_bytes"] is not None:
+        predicted, peak = result["per_device_bytes"], measured["device_peak_bytes"]
+        predicted_as = "the plan's largest per-device total"
+        measured_by = "the largest device.memory_stats()['peak_bytes_in_use']"
+    else:
+        predicted = result["per_device_bytes"] * result["devices"] + measured["rss_before_bytes"]
+        peak = measured["peak_rss_bytes"]
+        predicted_as = ("the plan's largest per-device total x devices + the process's RSS "
+                        "before the weights")
+        measured_by = "the process's peak RSS (getrusage)"
+    return dict(predicted_peak_bytes=predicted, predicted_as=predicted_as,
+                measured_peak_bytes=peak, measured_by=measured_by,
+                measured_over_predicted=peak / predicted)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -27,7 +27,7 @@ def report(fast_compile_env):
 def test_the_check_prints_one_object_with_every_benchmark(report):
     assert report["backend"] == "cpu" and report["devices"]
     for name in ("bench_generate", "bench_generate_per_layer", "bench_memory",
-                 "bench_rollout"):
+                 "bench_rollout", "plan"):
         assert "error" not in report[name], report[name]
         assert report[name]["seconds"] > 0
 
@@ -100,3 +100,17 @@ def test_bench_rollout_reports_both_paths_on_the_same_replies(report):
     assert result["prompt_tokens_row0"]["2"] > result["prompt_tokens_row0"]["1"]
     assert result["total_speedup"] == (result["reprefill_total_seconds_interpolated"]
                                        / result["kept_total_seconds"])
+
+
+def test_plan_execute_puts_the_measured_peak_beside_the_plan(report):
+    """On CPU devices (no memory statistics) the process's peak RSS stands against the
+    plan's per-device total on every device plus the RSS before the weights."""
+    result = report["plan"]["result"]
+    measured = result["execute"]
+    assert measured["device_peak_bytes"] is None and measured["generation_s"] > 0
+    comparison = measured["comparison"]
+    assert comparison["predicted_peak_bytes"] == (
+        result["per_device_bytes"] * result["devices"] + measured["rss_before_bytes"])
+    assert comparison["measured_peak_bytes"] == measured["peak_rss_bytes"]
+    assert comparison["measured_over_predicted"] == pytest.approx(
+        measured["peak_rss_bytes"] / comparison["predicted_peak_bytes"])
