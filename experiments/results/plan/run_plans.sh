@@ -8,7 +8,7 @@ run() { # name config model target mesh rules prompt extra...
   [ -e $OUT/$name.json ] && return
   local cmd="python -m experiments.plan --config=experiments/configs/$cfg --model=$model --target=$target --config.mesh.shape=$mesh --config.mesh.rules=$rules --prompt_tokens=$prompt $* --json"
   echo "$(date -u +%T) $name: $cmd" >&2
-  timeout 900 nice -n 10 $cmd > $OUT/$name.json.tmp 2> /tmp/plan_$name.err && python -c "
+  timeout 2400 nice -n 10 $cmd > $OUT/$name.json.tmp 2> /tmp/plan_$name.err && python -c "
 import json,sys; r=json.load(open('$OUT/$name.json.tmp')); r['command']=sys.argv[1]; json.dump(r, open('$OUT/$name.json','w'), indent=1)" "$cmd"
   rm -f $OUT/$name.json.tmp
 }
@@ -59,3 +59,8 @@ run webarena_es_nokeep_evalbatch8_v6e-8 $W qwen3.5-27b tpu:v6e:2x4 data:1,model:
 run sudoku_es_lowrank_rb8_v5e-8 $S qwen3.5-4b tpu:v5e:2x4 data:2,model:4 fsdp 1024 $LOWRANK --config.rollout.batch_size=8
 # WebArena-Lite ES on v6e-8: 8 tasks' 8,192-token prompts per prefill piece are refused; 2 at a time:
 run webarena_es_nokeep_batch2_v6e-8 $W qwen3.5-27b tpu:v6e:2x4 data:1,model:8 fsdp 8192 --config.rollout.keep_kv_cache=False --config.rollout.batch_size=2 --config.eval.batch_size=2
+# GRPO in batches: Countdown's 8 samples x 200 tasks 25 tasks at a time, WebArena-Lite's
+# 8 samples x 8 tasks one task at a time, AdamW on single turns; no kept caches; held-out
+# tasks in batches as ES's rows above.
+run countdown_grpo_rb25_nokeep_v5p-8 $C qwen2.5-7b tpu:v5p:2x2x1 data:2,model:2 fsdp 256 $GRPO $SAMPLED --config.rollout.batch_size=25 --config.rollout.keep_kv_cache=False --config.eval.batch_size=250
+run webarena_grpo_mb1_rb1_nokeep_v5p-8 $W qwen3.5-27b tpu:v5p:2x2x1 data:1,model:4 fsdp 8192 $GRPO --config.rule.minibatch_size=1 --config.rollout.batch_size=1 --config.rollout.keep_kv_cache=False --config.eval.batch_size=8
