@@ -148,7 +148,7 @@ def execute(config, result: dict) -> dict:
                     device_peak_bytes=_device_peak_bytes(),
                     forward_tokens=step.rewards.metrics.get("forward_tokens"),
                     rewards=[float(r) for r in step.rewards.rewards])
-    return dict(measured, comparison=comparison(result, measured))
+    return dict(measured, comparison=plan_lib.compare_peak(result, measured))
 
 
 def _peak_rss() -> int:
@@ -161,26 +161,6 @@ def _device_peak_bytes() -> int | None:
     peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
     peaks = [peak for peak in peaks if peak is not None]
     return max(peaks) if peaks else None
-
-
-def comparison(result: dict, measured: dict) -> dict:
-    """The plan's memory prediction beside what ``execute`` measured: a device's peak
-    against the plan's largest per-device total where devices keep memory statistics;
-    else (CPU devices share the host's memory) the process's peak RSS against that total
-    on every device plus the RSS before the weights."""
-    if measured["device_peak_bytes"] is not None:
-        predicted, peak = result["per_device_bytes"], measured["device_peak_bytes"]
-        predicted_as = "the plan's largest per-device total"
-        measured_by = "the largest device.memory_stats()['peak_bytes_in_use']"
-    else:
-        predicted = result["per_device_bytes"] * result["devices"] + measured["rss_before_bytes"]
-        peak = measured["peak_rss_bytes"]
-        predicted_as = ("the plan's largest per-device total x devices + the process's RSS "
-                        "before the weights")
-        measured_by = "the process's peak RSS (getrusage)"
-    return dict(predicted_peak_bytes=predicted, predicted_as=predicted_as,
-                measured_peak_bytes=peak, measured_by=measured_by,
-                measured_over_predicted=peak / predicted)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -462,3 +462,24 @@ def plan(config: TrainConfig, model_config: ModelConfig, target: targets.Target,
         bytes_per_generation=sum(f["bytes_accessed"] * f["calls"] for f in train),
         seconds_per_generation=None if None in seconds else sum(seconds),
         programs=figures)
+
+
+def compare_peak(result: dict, measured: dict) -> dict:
+    """A plan's memory prediction (``plan``'s result) beside what a run of its programs
+    measured (``experiments.plan --execute``): a device's peak against the plan's largest
+    per-device total where devices keep memory statistics; else (CPU devices share the
+    host's memory) the process's peak RSS against that total on every device plus the RSS
+    before the weights."""
+    if measured["device_peak_bytes"] is not None:
+        predicted, peak = result["per_device_bytes"], measured["device_peak_bytes"]
+        predicted_as = "the plan's largest per-device total"
+        measured_by = "the largest device.memory_stats()['peak_bytes_in_use']"
+    else:
+        predicted = result["per_device_bytes"] * result["devices"] + measured["rss_before_bytes"]
+        peak = measured["peak_rss_bytes"]
+        predicted_as = ("the plan's largest per-device total x devices + the process's RSS "
+                        "before the weights")
+        measured_by = "the process's peak RSS (getrusage)"
+    return dict(predicted_peak_bytes=predicted, predicted_as=predicted_as,
+                measured_peak_bytes=peak, measured_by=measured_by,
+                measured_over_predicted=peak / predicted)

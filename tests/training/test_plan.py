@@ -117,3 +117,16 @@ def test_published_models_have_their_parameter_counts():
     assert counts["qwen3.5-4b"] == pytest.approx(4.21e9, rel=0.01)
     assert counts["qwen2.5-7b"] == pytest.approx(7.62e9, rel=0.01)
     assert counts["llama-3.1-8b"] == pytest.approx(8.03e9, rel=0.01)
+
+
+@pytest.mark.parametrize("device_peak, predicted, peak", [
+    (None, 100 * 4 + 30, 520),  # CPU: the process's RSS against every device's total.
+    (90, 100, 90),  # GPU, TPU: one device's peak against the per-device total.
+])
+def test_compare_peak_sets_the_measured_peak_against_the_plan(device_peak, predicted, peak):
+    result = dict(per_device_bytes=100, devices=4)
+    measured = dict(device_peak_bytes=device_peak, peak_rss_bytes=520, rss_before_bytes=30)
+    compared = plan.compare_peak(result, measured)
+    assert (compared["predicted_peak_bytes"], compared["measured_peak_bytes"]) == (predicted,
+                                                                                   peak)
+    assert compared["measured_over_predicted"] == peak / predicted
