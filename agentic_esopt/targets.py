@@ -16,6 +16,7 @@ import glob
 import importlib.util
 import math
 import os
+import resource
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -102,6 +103,11 @@ class Target:
 def host_memory_bytes() -> int:
     """This machine's physical memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
 
 
 def target(name: str) -> Target:

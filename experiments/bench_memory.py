@@ -27,7 +27,6 @@ Prints one JSON object per model with ``es_peak_bytes``, ``grpo_peak_bytes``, ``
 import dataclasses
 import functools
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agentic_esopt import es, models
+from agentic_esopt import es, models, targets
 from agentic_esopt.models import decoder, sampling
 from agentic_esopt.models.config import ModelConfig
 from agentic_esopt.training import grpo
@@ -210,10 +209,6 @@ class Programs:
             jnp.float32(1.0), jnp.zeros(2, jnp.float32), jnp.int32(self.shapes.new_tokens)))
 
 
-def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
-
-
 def measure(model: str, method: str, part: str, shapes: Shapes) -> dict:
     """One part of one method on one model, in this process: ``compiled`` (the programs'
     peaks) or ``run`` (a real run's peak RSS, and the peak before it: model and inputs)."""
@@ -224,10 +219,10 @@ def measure(model: str, method: str, part: str, shapes: Shapes) -> dict:
         return dict(programs=peaks, peak_bytes=max(peaks.values()),
                     num_params=sum(x.size for x in jax.tree.leaves(params)),
                     param_bytes=tree_bytes(params))
-    rss_before = peak_rss_bytes()
+    rss_before = targets.peak_rss_bytes()
     began = time.perf_counter()
     (programs.run_es if method == "es" else programs.run_grpo)()
-    return dict(rss_before_bytes=rss_before, peak_rss_bytes=peak_rss_bytes(),
+    return dict(rss_before_bytes=rss_before, peak_rss_bytes=targets.peak_rss_bytes(),
                 run_s=time.perf_counter() - began)
 
 

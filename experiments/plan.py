@@ -39,7 +39,6 @@ _prepare_devices(sys.argv)
 # pylint: disable=wrong-import-position  # XLA_FLAGS must be set before JAX starts.
 import dataclasses  # noqa: E402
 import json  # noqa: E402
-import resource  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
@@ -122,7 +121,7 @@ def execute(config, result: dict) -> dict:
     from agentic_esopt.models import tiny
     from agentic_esopt.training import config as config_lib, files, rules, trainer
 
-    rss_before = _peak_rss()
+    rss_before = targets.peak_rss_bytes()
     layout = sharding.layout(config.mesh)
     model_config = plan_lib.resolve_layout(
         published.model_config(result["model"])[0], targets.target(result["target"]))
@@ -144,15 +143,11 @@ def execute(config, result: dict) -> dict:
         generation_s = time.perf_counter() - began
         source.close()
     measured = dict(weights_s=weights_s, generation_s=generation_s,
-                    rss_before_bytes=rss_before, peak_rss_bytes=_peak_rss(),
+                    rss_before_bytes=rss_before, peak_rss_bytes=targets.peak_rss_bytes(),
                     device_peak_bytes=_device_peak_bytes(),
                     forward_tokens=step.rewards.metrics.get("forward_tokens"),
                     rewards=[float(r) for r in step.rewards.rewards])
     return dict(measured, comparison=plan_lib.compare_peak(result, measured))
-
-
-def _peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB.
 
 
 def _device_peak_bytes() -> int | None:
