@@ -167,17 +167,20 @@ def paired_difference(directories: Sequence[str], baseline: Sequence[str]
 
 def run_values(directory: str) -> dict[str, float]:
     """One run's numbers: held-out success and mean reward before and after, its wall
-    time (the trainer's, evaluations included) and, for a run whose rollouts were timed,
-    their environment steps per second and the model's share of their time."""
+    time (the trainer's, evaluations included), for an ES run its mean update norm over
+    generations and, for a run whose rollouts were timed, their environment steps per
+    second and the model's share of their time."""
     first, last = evaluations(directory)
     with open(os.path.join(directory, "summary.json"), encoding="utf-8") as f:
         summary = json.load(f)
     rollouts = summary.get("rollouts") or {}
+    norms = [r["update_norm"] for r in train_records(directory) if "update_norm" in r]
     return dict(success_before=first["success_rate"], success_after=last["success_rate"],
                 reward_before=first["mean_reward"], reward_after=last["mean_reward"],
                 success_change=last["success_rate"] - first["success_rate"],
                 reward_change=last["mean_reward"] - first["mean_reward"],
                 wall_time_s=summary["wall_time_s"],
+                **(dict(update_norm=float(np.mean(norms))) if norms else {}),
                 **{k: rollouts[k] for k in ("steps_per_s", "policy_share")
                    if rollouts.get(k) is not None})
 
@@ -226,7 +229,8 @@ def finished_cells(runs: Sequence[Run], outcomes: dict[str, str],
     return cells
 
 
-TABLE_NOTE = ("mean ± s.e. across seeds; generation: the least of the seeds' median "
+TABLE_NOTE = ("mean ± s.e. across seeds; update norm: each ES run's mean over generations "
+              "of its step's norm; generation: the least of the seeds' median "
               "generation (or step) times, so time beside other jobs does not count.")
 
 

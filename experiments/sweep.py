@@ -65,22 +65,23 @@ def difference_text(difference: dict | None) -> str:
 def table_markdown(rows: list[dict]) -> str:
     first = rows[0]["cell"]
     lines = ["| point | seeds | success before | after | per-seed after | after − before "
-             f"| after − {first}'s (95% CI) | mean reward before | after | generation (s) "
-             "| wall time / run (s) | FLOPs / run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"| after − {first}'s (95% CI) | mean reward before | after | update norm "
+             "| generation (s) | wall time / run (s) | FLOPs / run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
             status = f"failed: {'; '.join(r['failures'])}" if r["failures"] else "not run"
-            lines.append(f"| {r['cell']} | 0 | {status} |" + " |" * 9)
+            lines.append(f"| {r['cell']} | 0 | {status} |" + " |" * 10)
             continue
         flops = "" if r["flops"] is None else f"{r['flops']:.2e}"
+        norm = grid.mean_se(r, "update_norm", 2) if "update_norm" in r else ""
         lines.append(f"| {r['cell']} | {r['seeds']} | {grid.mean_se(r, 'success_before')} | "
                      f"{grid.mean_se(r, 'success_after')} | "
                      f"{grid.seeds_text(r, 'success_after')} | "
                      f"{r['success_change']:+.3f} ± {r['success_change_se']:.3f} | "
                      f"{difference_text(r.get('minus_first'))} | "
                      f"{grid.mean_se(r, 'reward_before')} | {grid.mean_se(r, 'reward_after')} | "
-                     f"{r['step_time_s']:.1f} | {r['wall_time_s']:.0f} | {flops} |")
+                     f"{norm} | {r['step_time_s']:.1f} | {r['wall_time_s']:.0f} | {flops} |")
     timed = [f"{r['cell']}: {grid.mean_se(r, 'steps_per_s', 2)} environment steps/s, "
              f"{grid.mean_se(r, 'policy_share', 2)} of the time in the model's calls"
              for r in rows if "steps_per_s" in r]

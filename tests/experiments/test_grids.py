@@ -85,6 +85,23 @@ def test_a_cell_averages_timed_rollouts_only_when_every_run_has_them(tmp_path):
     assert "steps_per_s" not in grid.cell_row([directories[0], untimed])
 
 
+def test_a_cell_averages_es_runs_mean_update_norms(tmp_path):
+    train, _ = fake_train({0: (0.0, 0.5), 1: (0.0, 1.0)})
+    directories = [str(tmp_path / f"seed{seed}") for seed in (0, 1)]
+    for seed, directory in enumerate(directories):
+        train(CONFIG.replace(run={"seed": seed}), directory)
+    assert "update_norm" not in grid.cell_row(directories)  # GRPO records no update norm
+    for directory, norms in zip(directories, ((2.0, 4.0), (5.0, 5.0))):
+        path = os.path.join(directory, "metrics.jsonl")
+        records = [json.loads(line) for line in open(path)]
+        records[1:2] = [dict(kind="train", generation=g, wall_time_s=1.0, update_norm=n)
+                        for g, n in enumerate(norms)]
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    row = grid.cell_row(directories)
+    assert row["update_norm_seeds"] == [3.0, 5.0] and row["update_norm"] == pytest.approx(4.0)
+
+
 def test_grid_axes_parse_into_every_combination():
     axes = grid.parse_grid("es.noise=full,lowrank; es.population_size=8,16;es.antithetic=true")
     assert axes == [(("es.noise",), [("full",), ("lowrank",)]),
@@ -166,6 +183,8 @@ def test_contract_sweep_command_writes_its_table(tmp_path):
                                                        {"es.population_size": 6}]
     assert all(len(row["seed_finals"]) == 2 for row in table["rows"])
     assert all(row["step_time_s"] > 0 and row["flops"] > 0 for row in table["rows"])
+    # Rewards may all tie on the random tiny model (a zero step): the norm is recorded.
+    assert all(row["update_norm"] >= 0 for row in table["rows"])
     first, second = table["rows"]
     low, high = second["minus_first"]["ci95"]
     assert "minus_first" not in first and -1 <= low <= high <= 1
