@@ -1,5 +1,6 @@
-"""Grids of training runs: run them (one model load, finished runs reused, interrupted
-runs resumed, failures recorded), then tabulate them across seeds.
+"""Grids of training runs: run them (one model load, finished runs and the untrained
+model's evaluation reused, interrupted runs resumed, failures recorded), then tabulate
+them across seeds.
 
 A grid is a list of ``Run``s, each a named cell (e.g. a point of a sweep, or a horizon
 and a method), a seed and a checked ``TrainConfig``, run by the trainer in
@@ -37,7 +38,7 @@ from absl import flags, logging
 
 from agentic_esopt import models, training
 from agentic_esopt.agents import sources
-from agentic_esopt.training import metrics
+from agentic_esopt.training import config as config_lib, metrics
 
 matplotlib.use("Agg")
 from matplotlib import pyplot  # pylint: disable=wrong-import-position
@@ -79,6 +80,16 @@ def copy_results(source: str, target: str) -> None:
             shutil.copy2(os.path.join(source, name), os.path.join(target, name))
 
 
+def remember_base_evaluation(base_evaluations: dict[str, dict], run: Run,
+                             results: str) -> None:
+    """Keeps a finished run's generation-0 evaluation for the later runs of its
+    ``base_evaluation_fingerprint`` (the first such run's, marked ``reused_from``)."""
+    first = evaluations(os.path.join(results, run.name))[0]
+    if first["generation"] == 0:
+        base_evaluations.setdefault(config_lib.base_evaluation_fingerprint(run.config),
+                                    {"reused_from": run.name, **first})
+
+
 def failed(outcome: str) -> bool:
     """Whether a ``run_all`` outcome is a failure (not "ok", not ``NOT_RUN``)."""
     return outcome not in ("ok", NOT_RUN)
@@ -90,7 +101,10 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
     """Runs every run not finished yet (none when not ``run_missing``); returns each run's
     outcome.
 
-    Runs share one loaded model per distinct ``model`` section. A run that raises is
+    Runs share one loaded model per distinct ``model`` section, and the untrained model's
+    evaluation: a run whose ``base_evaluation_fingerprint`` a finished run has (tuning
+    points of one seed; ES and GRPO of one seed and horizon) logs that run's
+    generation-0 evaluation instead of repeating it. A run that raises is
     recorded in ``<results>/<run>/failure.txt`` (its traceback) and the others go on;
     rerunning the grid retries it.
 
@@ -98,6 +112,10 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
       run name -> "ok", ``NOT_RUN`` or the failure's one-line description.
     """
     outcomes, loaded = {}, {}
+    base_evaluations = {}  # fingerprint -> a finished run's generation-0 eval record
+    for run in runs:
+        if is_finished(os.path.join(results, run.name)):
+            remember_base_evaluation(base_evaluations, run, results)
     with contextlib.redirect_stdout(sys.stderr):
         for index, run in enumerate(runs):
             result_dir = os.path.join(results, run.name)
@@ -114,8 +132,11 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
                 if key not in loaded:
                     loaded.clear()  # one model in memory at a time
                     loaded[key] = models.load(*key)
-                train(run.config, run_dir, model=loaded[key])
+                fingerprint = config_lib.base_evaluation_fingerprint(run.config)
+                train(run.config, run_dir, model=loaded[key],
+                      base_evaluation=base_evaluations.get(fingerprint))
                 copy_results(run_dir, result_dir)
+                remember_base_evaluation(base_evaluations, run, results)
                 failure = os.path.join(result_dir, FAILURE_FILE)
                 if os.path.exists(failure):
                     os.remove(failure)

@@ -24,6 +24,7 @@ say where and how a run runs, not what it computes (``LAYOUT_SECTIONS``,
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -205,3 +206,18 @@ def run_key(config: TrainConfig) -> jax.Array:
 def sampling_key(config: TrainConfig, stream: int, generation: int) -> jax.Array:
     """The sampling key of one generation's rollouts; the policy folds in the turn."""
     return jax.random.fold_in(stream_key(config, stream), generation)
+
+
+def base_evaluation_fingerprint(config: TrainConfig) -> str:
+    """What the untrained model's held-out evaluation (generation 0) depends on, as a
+    string: every section but the update rule's (``rule``, and ``es`` unless
+    ``es.scope=lora`` adds adapters to the evaluated parameters) and the run's length and
+    cadence. Runs with one fingerprint evaluate the same parameters on the same tasks with
+    the same keys at generation 0, so one of them can stand for the others
+    (``training.train``'s ``base_evaluation``)."""
+    sections = config.to_dict()
+    del sections["rule"]
+    if sections["es"]["scope"] != "lora":
+        del sections["es"]
+    sections["run"] = {"seed": sections["run"]["seed"]}
+    return json.dumps(sections, sort_keys=True)

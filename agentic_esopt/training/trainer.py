@@ -4,8 +4,8 @@ Per generation t the update rule asks the reward source for rewards (ES: the pop
 around θ_t plays the generation's tasks, or answers one search batch) and applies its
 update. The loop records each generation in the rule's history (ES's), metrics.jsonl,
 TensorBoard and the log; checkpoints the rule's state and the source's state every K
-generations; evaluates the unperturbed parameters at the start, every E generations and
-at the end; and writes the reward curve and the summary. Rerunning the same config in the
+generations; evaluates the unperturbed parameters at the start (unless given another run's
+evaluation of the same untrained model), every E generations and at the end; and writes the reward curve and the summary. Rerunning the same config in the
 same workdir resumes from the newest good checkpoint, bitwise.
 
 Parameters are placed on the run's mesh as its sharding rules say (``config.mesh``). On
@@ -106,9 +106,18 @@ def train_record(result: rules.StepResult, wall_time_s: float) -> dict[str, floa
             **result.rewards.metrics, "wall_time_s": wall_time_s}
 
 
+def reused_evaluation(record: dict) -> dict:
+    """Another run's eval record as this run's values: its statistics, with its wall time
+    as ``reused_wall_time_s`` and none spent here."""
+    values = {k: v for k, v in record.items() if k not in ("kind", "generation")}
+    return {**values, "wall_time_s": 0.0,
+            "reused_wall_time_s": values.get("reused_wall_time_s", values["wall_time_s"])}
+
+
 def train(config: TrainConfig, workdir: str, *,
           generate: agents.rollout.Generate = models.generate,
-          model: models.Model | None = None) -> TrainResult:
+          model: models.Model | None = None,
+          base_evaluation: dict | None = None) -> TrainResult:
     """Trains (or resumes training) as ``config`` says; see the module docstring.
 
     Args:
@@ -116,6 +125,10 @@ def train(config: TrainConfig, workdir: str, *,
       workdir: receives every output; a run already there is resumed.
       generate: ``models.generate`` or a stand-in with its signature (tests).
       model: an already loaded model (default: ``models.load(config.model.name)``).
+      base_evaluation: the generation-0 eval record of a run with the same
+        ``config.base_evaluation_fingerprint``, logged as this run's own instead of
+        evaluating the untrained model again; its ``wall_time_s`` becomes
+        ``reused_wall_time_s`` (this run spends none).
 
     Returns:
       The final state and the summary.
@@ -160,7 +173,9 @@ def train(config: TrainConfig, workdir: str, *,
             logger.log("eval", generations_done, {**statistics,
                                                   "wall_time_s": time.time() - began})
 
-        if is_due(start, config.run.eval_every, total):
+        if start == 0 and base_evaluation is not None:
+            logger.log("eval", 0, reused_evaluation(base_evaluation))
+        elif is_due(start, config.run.eval_every, total):
             evaluate_and_log(state.params, start)
         bar = closing.enter_context(tqdm.tqdm(total=total, initial=start, disable=not primary,
                                               desc="generations", unit="gen"))

@@ -19,9 +19,9 @@ def fake_train(successes: dict[int, tuple[float, float]], failing_seeds=()):
     """A stand-in for ``training.train`` writing a finished run's result files."""
     calls = []
 
-    def train(config, workdir, model=None):
+    def train(config, workdir, model=None, base_evaluation=None):
         del model
-        calls.append(workdir)
+        calls.append((workdir, base_evaluation))
         if config.run.seed in failing_seeds:
             raise RuntimeError(f"seed {config.run.seed} broke")
         before, after = successes[config.run.seed]
@@ -58,13 +58,34 @@ def test_a_grid_reuses_finished_runs_records_failures_and_retries_them(tmp_path,
         "point/seed0": "ok", "point/seed1": grid.NOT_RUN, "point/seed2": "ok"}
     assert not calls  # --table_only: nothing runs
     assert set(grid.run_all(runs, workdir, results, train).values()) == {"ok"}
-    assert calls == [os.path.join(workdir, "point", "seed1")]  # only the failed one again
+    # Only the failed run again, with seed 1's untrained evaluation nowhere to reuse.
+    assert calls == [(os.path.join(workdir, "point", "seed1"), None)]
     assert not (tmp_path / "results/point/seed1/failure.txt").exists()
     row = grid.cell_row([os.path.join(results, r.name) for r in runs])
     assert row["seed_finals"] == [0.5, 1.0, 0.5] and row["seeds"] == 3
     assert row["success_change_seeds"] == [0.5, 1.0, 0.0]
     assert row["success_change"] == pytest.approx(0.5)
     assert row["success_change_se"] == pytest.approx(np.std([0.5, 1.0, 0.0], ddof=1) / 3**0.5)
+
+
+def test_runs_of_one_seed_reuse_the_first_finished_runs_untrained_evaluation(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setattr(grid.models, "load", lambda *args: "model")
+    runs = [grid.Run(f"lr{rate}", seed, CONFIG.replace(run={"seed": seed},
+                                                        es={"learning_rate": rate}))
+            for rate in (1e-3, 2e-3) for seed in (0, 1)]
+    results = str(tmp_path / "results")
+    train, calls = fake_train({0: (0.0, 0.5), 1: (0.25, 1.0)})
+    assert set(grid.run_all(runs[:1], str(tmp_path / "work"), results, train).values()) == {
+        "ok"}
+    train, calls = fake_train({0: (0.0, 0.5), 1: (0.25, 1.0)})
+    grid.run_all(runs, str(tmp_path / "work"), results, train)
+    given = {os.path.relpath(workdir, tmp_path / "work"): base for workdir, base in calls}
+    assert given["lr0.001/seed1"] is None  # the first run of seed 1
+    for name, source in (("lr0.002/seed0", "lr0.001/seed0"), ("lr0.002/seed1",
+                                                               "lr0.001/seed1")):
+        assert given[name]["reused_from"] == source and given[name]["generation"] == 0
+    assert given["lr0.002/seed1"]["success_rate"] == 0.25
 
 
 def test_a_cell_averages_timed_rollouts_only_when_every_run_has_them(tmp_path):

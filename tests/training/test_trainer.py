@@ -96,6 +96,44 @@ def test_evaluations_at_any_generation_sample_alike(finished):
     assert shifted["episode_rewards"] != first["episode_rewards"]
 
 
+def first_evaluation(workdir):
+    return next(r for r in metrics.read_metrics(training.RunFiles(workdir).metrics)
+                if r["kind"] == "eval")
+
+
+def test_es_and_grpo_of_one_fingerprint_evaluate_the_untrained_model_alike(finished,
+                                                                           tmp_path):
+    workdir, _ = finished
+    grpo = CONFIG.replace(rule=dict(name="grpo", group_size=4, learning_rate=1e-3,
+                                    minibatch_size=4),
+                          es=dict(learning_rate=0.5), run=dict(generations=1, eval_every=1))
+    fingerprint = config_lib.base_evaluation_fingerprint
+    assert fingerprint(grpo) == fingerprint(CONFIG)
+    for changed in (dict(run=dict(seed=4)), dict(eval=dict(size=3)),
+                    dict(es=dict(scope="lora")), dict(rollout=dict(max_new_tokens=5))):
+        assert fingerprint(CONFIG.replace(**changed)) != fingerprint(CONFIG)
+    training.train(grpo, str(tmp_path))
+    es_record, grpo_record = first_evaluation(workdir), first_evaluation(str(tmp_path))
+    for name in ("episode_task_ids", "episode_rewards", "episode_solved", "mean_reward"):
+        assert grpo_record[name] == es_record[name]
+
+
+def test_a_run_given_a_base_evaluation_logs_it_and_evaluates_later_ones(finished, tmp_path):
+    workdir, _ = finished
+    given = {**first_evaluation(workdir), "reused_from": "sibling/seed3"}
+    config = CONFIG.replace(run=dict(generations=1, eval_every=1))
+    training.train(config, str(tmp_path), base_evaluation=given)
+    evals = [r for r in metrics.read_metrics(training.RunFiles(str(tmp_path)).metrics)
+             if r["kind"] == "eval"]
+    assert [r["generation"] for r in evals] == [0, 1]
+    logged = evals[0]
+    assert logged["reused_from"] == "sibling/seed3" and logged["wall_time_s"] == 0.0
+    assert logged["reused_wall_time_s"] == given["wall_time_s"] > 0
+    assert logged["episode_rewards"] == given["episode_rewards"]
+    assert "reused_from" not in evals[1] and evals[1]["wall_time_s"] > 0
+    assert not os.path.exists(training.RunFiles(str(tmp_path)).eval_trajectories(0))
+
+
 def test_evaluation_in_batches_of_tasks_plays_the_same_episodes(finished):
     workdir, _ = finished
     model = models.load("tiny")
