@@ -24,8 +24,10 @@ QWEN3_5 = architectures.config_from_hf({
     "eos_token_id": 2, "pad_token_id": 0})
 QWEN3_5_SETTINGS = lora.Settings(rank=4, alpha=8, targets=("q_proj", "o_proj", "in_proj_qkv",
                                                            "up_proj"))
-# The export parity tests' tolerances (test_export, and test_qwen3_5's for the recurrences).
-TOLERANCES = {"qwen3_5": dict(atol=1e-4, rtol=1e-4)}
+# The export parity tests' tolerances (test_export; for qwen3_5 twice test_qwen3_5's
+# atol: with merged or adapted weights the gated-delta recurrences' float32 rounding
+# reached 1.06e-4 on one of 10,619 logits on the CI machine's CPU).
+TOLERANCES = {"qwen3_5": dict(atol=2e-4, rtol=1e-4)}
 CASES = {"llama": (tiny.tiny_config(), SETTINGS),
          "qwen2-biases": (architectures.config_from_hf(
              {**architectures.config_to_hf(tiny.tiny_config()), "model_type": "qwen2"}),
