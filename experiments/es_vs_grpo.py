@@ -257,12 +257,10 @@ def main(argv):
                              f"--horizons={horizons}")
     results = _RESULTS.value or _WORKDIR.value
     runs = grid_runs(shared, horizons, seeds)
-    run_missing = not grid.TABLE_ONLY.value
-    outcomes = grid.run_all(runs, _WORKDIR.value, results, run_missing=run_missing)
+    outcomes = grid.run_as_flagged(runs, _WORKDIR.value, results)
     if _COMPUTE_MATCHED.value:
         matched = compute_matched_runs(shared, horizons, seeds, results)
-        outcomes.update(grid.run_all(matched, _WORKDIR.value, results,
-                                     run_missing=run_missing))
+        outcomes.update(grid.run_as_flagged(matched, _WORKDIR.value, results))
         runs += matched
     rows = tabulate(runs, outcomes, results)
     table = table_markdown(rows) + "\n" + curves_markdown(rows, _THRESHOLD.value)

@@ -8,7 +8,10 @@ and a method), a seed and a checked ``TrainConfig``, run by the trainer in
 config, summary, metrics, history; kilobytes, no checkpoints) are copied to
 ``<results>/<cell>/seed<k>``; a run whose result files are there already counts as
 finished, so a grid continues from committed results on a fresh machine and its tables
-are rebuilt from them.
+are rebuilt from them. An unfinished ES run continues there too once parked
+(``park``): its history and metrics go to its results folder, and the next ``run_all``
+anywhere seeds its run folder with them, so the trainer replays the history (bitwise,
+no rollouts) and goes on from the generation it had reached.
 
 Across seeds, a cell's row gives each seed's value, their mean and the s.e. across seeds
 (std with ddof=1 over √seeds): held-out success and mean reward before and after, the
@@ -43,12 +46,17 @@ from agentic_esopt.training import config as config_lib, metrics
 matplotlib.use("Agg")
 from matplotlib import pyplot  # pylint: disable=wrong-import-position
 
-RESULT_FILES = ("config.json", "summary.json", "metrics.jsonl", "history.jsonl")
+HISTORY = "history.jsonl"
+RESULT_FILES = ("config.json", "summary.json", "metrics.jsonl", HISTORY)
 FAILURE_FILE = "failure.txt"
 NOT_RUN = "not run"  # The outcome of an unfinished run under --table_only.
 
 TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Tabulate the finished runs' result "
                                "files and run nothing (e.g. a grid's committed results).")
+PARK = flags.DEFINE_bool("park", False, "Run nothing; copy each unfinished ES run's history "
+                         "and metrics from the workdir to its results folder (kilobytes, to "
+                         "commit), so that a fresh machine resumes it by replaying the "
+                         "history instead of starting it again. Stop the grid first.")
 
 
 class Run(NamedTuple):
@@ -80,6 +88,27 @@ def copy_results(source: str, target: str) -> None:
             shutil.copy2(os.path.join(source, name), os.path.join(target, name))
 
 
+def park(runs: Sequence[Run], workdir: str, results: str) -> list[str]:
+    """Copies each unfinished run's history, metrics and config from ``workdir`` to
+    ``results`` (runs without a history, like GRPO's, cannot be replayed and stay);
+    returns the names of the runs parked."""
+    parked = []
+    for run in runs:
+        run_dir, result_dir = os.path.join(workdir, run.name), os.path.join(results, run.name)
+        if not is_finished(result_dir) and os.path.isfile(os.path.join(run_dir, HISTORY)):
+            copy_results(run_dir, result_dir)
+            parked.append(run.name)
+    return parked
+
+
+def unpark(result_dir: str, run_dir: str) -> None:
+    """Seeds a run folder without a history from a parked run's files."""
+    if (os.path.isfile(os.path.join(result_dir, HISTORY))
+            and not os.path.isfile(os.path.join(run_dir, HISTORY))):
+        logging.info("resuming %s from the run parked in %s", run_dir, result_dir)
+        copy_results(result_dir, run_dir)
+
+
 def remember_base_evaluation(base_evaluations: dict[str, dict], run: Run,
                              results: str) -> None:
     """Keeps a finished run's generation-0 evaluation for the later runs of its
@@ -104,7 +133,8 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
     Runs share one loaded model per distinct ``model`` section, and the untrained model's
     evaluation: a run whose ``base_evaluation_fingerprint`` a finished run has (tuning
     points of one seed; ES and GRPO of one seed and horizon) logs that run's
-    generation-0 evaluation instead of repeating it. A run that raises is
+    generation-0 evaluation instead of repeating it. A parked run (``park``) resumes
+    from its parked files. A run that raises is
     recorded in ``<results>/<run>/failure.txt`` (its traceback) and the others go on;
     rerunning the grid retries it.
 
@@ -132,6 +162,7 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
                 if key not in loaded:
                     loaded.clear()  # one model in memory at a time
                     loaded[key] = models.load(*key)
+                unpark(result_dir, run_dir)
                 fingerprint = config_lib.base_evaluation_fingerprint(run.config)
                 train(run.config, run_dir, model=loaded[key],
                       base_evaluation=base_evaluations.get(fingerprint))
@@ -148,6 +179,15 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
                     f.write(traceback.format_exc())
                 outcomes[run.name] = f"{type(error).__name__}: {error}".splitlines()[0]
     return outcomes
+
+
+def run_as_flagged(runs: Sequence[Run], workdir: str, results: str) -> dict[str, str]:
+    """``run_all``, or with --table_only nothing run, or with --park the unfinished runs
+    parked (``park``) and nothing run."""
+    if PARK.value:
+        parked = park(runs, workdir, results)
+        logging.info("parked %d unfinished runs in %s: %s", len(parked), results, parked)
+    return run_all(runs, workdir, results, run_missing=not (TABLE_ONLY.value or PARK.value))
 
 
 def evaluations(directory: str) -> tuple[dict, dict]:

@@ -121,8 +121,7 @@ def main(argv):
         raise app.UsageError(str(error)) from error
     runs = grid_runs(shared, grid_points, seeds)
     results = _RESULTS.value or _WORKDIR.value
-    outcomes = grid.run_all(runs, _WORKDIR.value, results,
-                            run_missing=not grid.TABLE_ONLY.value)
+    outcomes = grid.run_as_flagged(runs, _WORKDIR.value, results)
     cells = grid.finished_cells(runs, outcomes, results)
     rows = tabulate(grid_points, runs, outcomes, cells)
     table = table_markdown(rows)

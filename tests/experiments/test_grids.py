@@ -2,16 +2,21 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
-from agentic_esopt import training
+from agentic_esopt import es, models, training
 from experiments import grid
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "training"))
+import digits_env  # pylint: disable=wrong-import-position  # noqa: E402
+
 CONFIG = training.TrainConfig.from_dict({"model": {"name": "tiny"}})
 
 
@@ -121,6 +126,46 @@ def test_a_cell_averages_es_runs_mean_update_norms(tmp_path):
             f.writelines(json.dumps(r) + "\n" for r in records)
     row = grid.cell_row(directories)
     assert row["update_norm_seeds"] == [3.0, 5.0] and row["update_norm"] == pytest.approx(4.0)
+
+
+def test_a_parked_es_run_resumes_on_a_fresh_machine_and_ends_bitwise_equal(tmp_path):
+    run = grid.Run("point", 0, digits_env.TINY)  # 3 generations
+    reference = training.train(run.config, str(tmp_path / "reference"))
+    # The run stopped after 2 of its 3 generations on a machine that is then lost, beside
+    # a GRPO run (no history) and a finished run.
+    old_machine, results = tmp_path / "old", tmp_path / "results"
+    interrupted = old_machine / run.name
+    shutil.copytree(tmp_path / "reference", interrupted,
+                    ignore=shutil.ignore_patterns("checkpoints", "summary.*"))
+    lines = (interrupted / grid.HISTORY).read_text().splitlines(keepends=True)
+    (interrupted / grid.HISTORY).write_text("".join(lines[:-1]))
+    grpo, finished = grid.Run("grpo", 0, CONFIG), grid.Run("finished", 0, CONFIG)
+    (old_machine / grpo.name).mkdir(parents=True)
+    (old_machine / grpo.name / "metrics.jsonl").write_text("")
+    fake_train({0: (0.0, 1.0)})[0](CONFIG, str(results / finished.name))
+    assert grid.park([run, grpo, finished], str(old_machine), str(results)) == [run.name]
+    assert sorted(os.listdir(results / run.name)) == ["config.json", grid.HISTORY,
+                                                      "metrics.jsonl"]
+    assert not grid.is_finished(str(results / run.name))
+    generations_at_start = []
+
+    def train(config, workdir, **kwargs):
+        _, records = es.history.read(os.path.join(workdir, grid.HISTORY))
+        generations_at_start.append(len(records))
+        return training.train(config, workdir, **kwargs)
+
+    outcomes = grid.run_all([run], str(tmp_path / "new"), str(results), train)
+    assert outcomes == {run.name: "ok"} and generations_at_start == [2]
+    assert grid.is_finished(str(results / run.name))
+    resumed = es.history.replay(models.load("tiny").params,
+                                str(results / run.name / grid.HISTORY))
+    for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(reference.state.params),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    untimed = [[{k: v for k, v in record.items() if k != "wall_time_s"}
+                for record in grid.evaluations(str(directory))]
+               for directory in (results / run.name, tmp_path / "reference")]
+    assert untimed[0] == untimed[1]
 
 
 def test_grid_axes_parse_into_every_combination():
