@@ -158,10 +158,10 @@ def rule(values=None):
     return rules.make(config), config
 
 
-def learn_from(model, rule_, advantages):
+def learn_from(model, rule_, advantages, hyper=HYPER):
     state = rule_.init(model.params)
     examples = list(zip(sampled_turns(model, ["p one", "p two"]), advantages))
-    return grpo.learn(model.config, HYPER, rule_.optimizer, state.params, state.opt_state,
+    return grpo.learn(model.config, hyper, rule_.optimizer, state.params, state.opt_state,
                       state.reference, examples, 4, 1, 0, jax.random.key(0))
 
 
@@ -176,11 +176,17 @@ def test_flops_count_the_forward_pass_that_remat_recomputes(model):
 
 
 def test_zero_advantages_move_params_only_through_weight_decay(model):
-    params, _, metrics = learn_from(model, rule()[0], [0.0, 0.0])
-    assert metrics["grad_norm"] == 0.0  # KL against the start point has zero gradient.
+    no_kl = HYPER._replace(kl_beta=0.0)
+    params, _, metrics = learn_from(model, rule()[0], [0.0, 0.0], no_kl)
+    assert metrics["grad_norm"] == 0.0
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(model.params)):
         np.testing.assert_array_equal(a, b)
-    decayed, _, _ = learn_from(model, rule(dict(weight_decay=0.1))[0], [0.0, 0.0])
+    # The KL's gradient at the start point is zero up to the rounding between the
+    # reference's program and the loss's (7e-10 on an AVX-512 Xeon; 0 on others), which
+    # AdamW would scale up towards a whole step: the exact checks leave it out.
+    _, _, metrics = learn_from(model, rule()[0], [0.0, 0.0])
+    assert metrics["grad_norm"] < 1e-8
+    decayed, _, _ = learn_from(model, rule(dict(weight_decay=0.1))[0], [0.0, 0.0], no_kl)
     for a, b in zip(jax.tree.leaves(decayed), jax.tree.leaves(model.params)):
         np.testing.assert_allclose(a, b * (1 - 1e-3 * 0.1), rtol=1e-6)
     moved, _, _ = learn_from(model, rule()[0], [1.0, -1.0])
