@@ -223,6 +223,29 @@ def member_rewards(trajectories: Sequence[Trajectory], population_size: int) -> 
     return np.array([np.mean(rewards) for rewards in totals], dtype=np.float64)
 
 
+def member_task_rewards(trajectories: Sequence[Trajectory], population_size: int,
+                        task_ids: Sequence[str]) -> np.ndarray:
+    """Each member's total reward on each task, shape (population_size, len(task_ids)):
+    every member plays every task once."""
+    column = {task_id: j for j, task_id in enumerate(task_ids)}
+    rewards = np.zeros((population_size, len(task_ids)))
+    played = np.zeros(rewards.shape, bool)
+    for trajectory in trajectories:
+        cell = (trajectory.member, column.get(trajectory.task_id))
+        if not 0 <= cell[0] < population_size or cell[1] is None:
+            raise ValueError(f"trajectory of member {trajectory.member} on task "
+                             f"{trajectory.task_id!r} is outside {population_size} members "
+                             f"× tasks {list(task_ids)}")
+        if played[cell]:
+            raise ValueError(f"member {cell[0]} played task {trajectory.task_id!r} twice")
+        rewards[cell], played[cell] = trajectory.total_reward, True
+    missing = np.argwhere(~played)
+    if missing.size:
+        raise ValueError("members without an episode of a task: " + ", ".join(
+            f"member {m} on {task_ids[t]!r}" for m, t in missing[:8]))
+    return rewards
+
+
 def write_trajectories(path: str | Path, trajectories: Sequence[Trajectory]) -> None:
     """Appends trajectories (without their turn tokens) to a JSONL file, one per line,
     creating parent folders."""

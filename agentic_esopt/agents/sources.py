@@ -46,11 +46,14 @@ class Rewards(NamedTuple):
       rewards: (members,) float64, one per member (one for an unperturbed policy).
       task_ids: the tasks the members played (recorded in the history).
       metrics: scalar metrics of the generation (success rate, valid programs, ...).
+      by_task: (members, tasks), each member's reward on each task, where every member
+        played the same tasks (episodes); None otherwise (a heuristic search).
     """
 
     rewards: np.ndarray
     task_ids: list[str]
     metrics: dict[str, float]
+    by_task: np.ndarray | None = None
 
 
 class RewardSource(Protocol):
@@ -140,11 +143,13 @@ class EpisodeRewards:
         trajectories = gather_trajectories(own)
         if trajectory_path is not None and sharding.is_primary():
             rollout.write_trajectories(trajectory_path, trajectories)
-        return Rewards(rollout.member_rewards(trajectories, num_members(population)),
-                       [str(t.id) for t in tasks],
+        task_ids = [str(t.id) for t in tasks]
+        return Rewards(rollout.member_rewards(trajectories, num_members(population)), task_ids,
                        {**training_metrics(trajectories),
                         **rollout_timing(trajectories, usage.seconds, rollout_s),
-                        "forward_tokens": float(sharding.process_sum(usage.fed))})
+                        "forward_tokens": float(sharding.process_sum(usage.fed))},
+                       rollout.member_task_rewards(trajectories, num_members(population),
+                                                   task_ids))
 
     def samples(self, model: Any, group_size: int, generation: int, key: jax.Array,
                 trajectory_path: str | None = None) -> tuple[list[rollout.Trajectory], int]:

@@ -1,4 +1,5 @@
-"""Fitness shaping: map a population's raw rewards (G,) to update weights (G,)."""
+"""Fitness shaping: map a population's raw rewards (G,) to update weights (G,); and
+``task_normalised``, members' rewards from their rewards on shared tasks (G, T)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,18 @@ def get(name: str) -> Callable[[jnp.ndarray], jnp.ndarray]:
     if name not in SHAPERS:
         raise ValueError(f"unknown fitness shaping {name!r}; choose one of {sorted(SHAPERS)}")
     return SHAPERS[name]
+
+
+def task_normalised(rewards_by_task) -> np.ndarray:
+    """Members' fitness from their rewards on shared tasks, (G, T) -> (G,): each task's
+    rewards z-scored among the members (ddof 0, as ``zscore``), then averaged over the
+    tasks (EGGROLL's group-normalised fitness, a group being the members on one task).
+    A task every member scored alike adds 0, so tasks that tell members apart decide."""
+    rewards = np.asarray(rewards_by_task, np.float64)
+    if rewards.ndim != 2 or 0 in rewards.shape:
+        raise ValueError(f"expected rewards of shape (members, tasks), got {rewards.shape}")
+    centred = rewards - rewards.mean(axis=0)
+    return (centred / (rewards.std(axis=0) + ZSCORE_EPS)).mean(axis=1)
 
 
 def check_rewards(rewards, population_size: int) -> np.ndarray:

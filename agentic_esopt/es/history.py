@@ -1,7 +1,7 @@
 """Append-only run history and exact replay.
 
 The history is a JSON-lines file: a header (strategy spec, run key) and one record per
-generation (σ, α, member keys and signs, raw rewards, shaped weights, update norm, wall
+generation (σ, α, member keys and signs, the rewards ``tell`` got, shaped weights, update norm, wall
 time). Every line carries a CRC32 of its content, and every write replaces the whole file
 atomically (temp file + ``os.replace``), so a crash leaves either the old or the new file.
 

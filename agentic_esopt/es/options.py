@@ -24,6 +24,7 @@ from agentic_esopt.es import update as update_lib
 OPTIMIZERS = ("sgd", "adam", "adamw")
 DEFAULT_STRATEGY = "agentic_esopt"
 _LORA_FIELDS = ("lora_rank", "lora_alpha", "lora_targets")
+_RULE_FIELDS = ("task_normalised",)  # Read by the training rule, not the strategy.
 
 
 def named_optimizer(name: str, learning_rate: schedules.Schedule,
@@ -205,7 +206,7 @@ def keywords(options: Options, generations: int) -> dict[str, Any]:
     """The factory keywords of an ``es`` section, its σ schedule spanning ``generations``."""
     values = {name: value for name, value in dataclasses.asdict(options).items()
               if name not in ("strategy", "sigma_schedule", "sigma_start", "sigma_end",
-                              "sigma_warmup", *_LORA_FIELDS)}
+                              "sigma_warmup", *_LORA_FIELDS, *_RULE_FIELDS)}
     sigma = schedules.Schedule(options.sigma_schedule, options.sigma_start, options.sigma_end,
                                generations, options.sigma_warmup)
     return dict(values, sigma=sigma)
@@ -251,6 +252,10 @@ class Options:
                                                     "does not).")
     fitness: str = options_lib.field("zscore", "Reward shaping: zscore, centered_rank or "
                                                "identity.")
+    task_normalised: bool = options_lib.field(
+        False, "A member's reward is its mean over the generation's tasks of its reward "
+               "z-scored among the members on that task (EGGROLL's group-normalised "
+               "fitness), shaped then by `fitness`; false: its mean reward. Episodes only.")
     scope: str = options_lib.field("full", "Perturbed parameters: 'full', 'all_linear', "
                                            "'lora' (LoRA adapters only) or a regex over "
                                            "parameter paths.")
@@ -280,7 +285,8 @@ class Options:
         """Every problem with these settings (``settings_problems``, and the LoRA options';
         whether the targets exist is checked against the model, ``models.lora``)."""
         settings = {name: value for name, value in dataclasses.asdict(self).items()
-                    if name not in ("strategy", "scale_by_sigma", *_LORA_FIELDS)}
+                    if name not in ("strategy", "scale_by_sigma", *_LORA_FIELDS,
+                                    *_RULE_FIELDS)}
         problems = settings_problems(**settings)  # The strategy's name: es.strategies.
         check = options_lib.checker(problems)
         if self.scope != "lora":

@@ -62,8 +62,10 @@ def make_reward_source(config: TrainConfig, files: RunFiles,
                                              generate, config.eval.repeats,
                                              config.eval.batch_size)
     if search_members is None:
-        raise ValueError(f"rule.name={config.rule_name} trains on multi-turn episodes; "
-                         f"environment {config.env_name!r} is a heuristic search")
+        settings = f"rule.name={config.rule_name}" + (
+            ", es.task_normalised" if config.rule_name == "es" else "")
+        raise ValueError(f"{settings} needs multi-turn episodes; environment "
+                         f"{config.env_name!r} is a heuristic search")
     if jax.process_count() > 1:
         raise ValueError(f"environment {config.env_name!r} is a heuristic search, which "
                          "runs on one process")
@@ -102,7 +104,8 @@ def train_record(result: rules.StepResult, wall_time_s: float) -> dict[str, floa
     """The metrics line of one generation."""
     scalars = {name: float(value) for name, value in result.metrics.items()
                if np.ndim(value) == 0}
-    return {**rules.reward_statistics(result.rewards.rewards), **scalars,
+    # The source's rewards, not what the rule made of them (es.task_normalised's fitness).
+    return {**scalars, **rules.reward_statistics(result.rewards.rewards),
             **result.rewards.metrics, "wall_time_s": wall_time_s}
 
 

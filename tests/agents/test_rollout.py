@@ -281,3 +281,21 @@ def test_environments_are_closed_after_the_episode_and_on_error():
     with pytest.raises(RuntimeError, match="browser crashed"):
         rollout.run_episodes(lambda: ClosingEnv(fail_on_step=True), [Task()], policy, range(2))
     assert len(ClosingEnv.closed) == 2
+
+
+def test_member_task_rewards_place_every_episode_in_its_cell():
+    def episode(member, task_id, total):
+        return rollout.Trajectory(member=member, task_id=task_id, generation=0, messages=[],
+                                  actions=[], rewards=[total], total_reward=total,
+                                  num_turns=1, solved=False, info={})
+
+    trajectories = [episode(1, "b", 0.25), episode(0, "a", 1.0), episode(1, "a", 0.5),
+                    episode(0, "b", 0.0)]
+    np.testing.assert_array_equal(rollout.member_task_rewards(trajectories, 2, ["a", "b"]),
+                                  [[1.0, 0.0], [0.5, 0.25]])
+    with pytest.raises(ValueError, match="member 2 on 'a', member 2 on 'b'"):
+        rollout.member_task_rewards(trajectories, 3, ["a", "b"])
+    with pytest.raises(ValueError, match="played task 'a' twice"):
+        rollout.member_task_rewards(trajectories + [episode(0, "a", 1.0)], 2, ["a", "b"])
+    with pytest.raises(ValueError, match=r"on task 'b' is outside 2 members × tasks \['a'\]"):
+        rollout.member_task_rewards(trajectories, 2, ["a"])

@@ -36,3 +36,17 @@ def test_non_finite_rewards_name_the_member():
 def test_unknown_shaping_is_rejected():
     with pytest.raises(ValueError, match="centered_rank"):
         es.fitness.get("softmax")
+
+
+def test_task_normalised_fitness_z_scores_each_task_then_averages():
+    by_task = np.array([[1.0, 0.0, 5.0],
+                        [0.0, 0.0, 5.0],
+                        [1.0, 0.0, 5.0],
+                        [0.0, 0.0, 5.0]])  # Tasks 2 and 3: every member alike.
+    fitness = es.fitness.task_normalised(by_task)
+    # Task 1's z-scores are ±1; the tasks that tell no member apart add 0.
+    np.testing.assert_allclose(fitness, np.array([1.0, -1.0, 1.0, -1.0]) / 3, rtol=1e-6)
+    scaled = es.fitness.task_normalised(by_task * [[100.0, 1.0, 1.0]])
+    np.testing.assert_allclose(scaled, fitness, rtol=1e-6)  # Each task on its own scale.
+    with pytest.raises(ValueError, match=r"shape \(members, tasks\)"):
+        es.fitness.task_normalised(np.zeros(4))

@@ -258,3 +258,39 @@ def test_the_run_generates_in_its_cache_layout_whether_loaded_or_given():
     assert trainer.placed_model(config, given, None).config.cache_layout == "stacked"
     assert trainer.placed_model(config, None, None).config.cache_layout == "stacked"
     assert trainer.placed_model(CONFIG, given, None).config == given.config  # auto.
+
+
+def test_task_normalised_es_tells_per_task_fitness_and_replays_bitwise(finished, tmp_path):
+    plain_dir, _ = finished
+    config = CONFIG.replace(es=dict(task_normalised=True))
+    result = training.train(config, str(tmp_path))
+    _, records = es.history.read(training.RunFiles(str(tmp_path)).history)
+    _, plain = es.history.read(training.RunFiles(plain_dir).history)
+    for record in records:
+        by_task = np.asarray(record["rewards_by_task"])
+        assert by_task.shape == (4, 2)
+        np.testing.assert_allclose(record["rewards"], es.fitness.task_normalised(by_task),
+                                   rtol=1e-6, atol=1e-6)
+    # Up to the first generation whose rewards vary (the first update), both runs play
+    # alike; only what ES is told differs.
+    first = next(g for g, record in enumerate(plain) if np.ptp(record["rewards"]) > 0)
+    for generation in range(first + 1):
+        np.testing.assert_allclose(np.mean(records[generation]["rewards_by_task"], axis=1),
+                                   plain[generation]["rewards"], rtol=1e-6)
+    assert not np.allclose(records[first]["rewards"], plain[first]["rewards"])
+    logged = [r for r in metrics.read_metrics(training.RunFiles(str(tmp_path)).metrics)
+              if r["kind"] == "train"]
+    assert [r["reward_mean"] for r in logged] == pytest.approx(
+        [float(np.mean(r["rewards_by_task"])) for r in records])
+    replayed = es.history.replay(models.load("tiny").params,
+                                 training.RunFiles(str(tmp_path)).history)
+    assert_trees_equal(replayed, result.state.params)
+
+
+def test_task_normalised_es_refuses_a_heuristic_search_before_loading(tmp_path, monkeypatch):
+    config = training.TrainConfig.from_dict(
+        {"env": {"name": "ahd"}, "model": {"name": "tiny"}, "es": {"task_normalised": True}})
+    monkeypatch.setattr(models, "load", lambda *a, **k: pytest.fail("loaded the model"))
+    with pytest.raises(ValueError, match="rule.name=es, es.task_normalised needs multi-turn "
+                                         "episodes; environment 'ahd' is a heuristic search"):
+        training.train(config, str(tmp_path))

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agentic_esopt import es
 from agentic_esopt import options as options_lib
@@ -83,8 +84,10 @@ class _Recorder:
     writer: es.history.HistoryWriter
 
     def append(self, result: StepResult, wall_time_s: float) -> None:
-        self.writer.append(result.population, result.rewards.rewards, result.metrics,
-                           wall_time_s, task_ids=result.rewards.task_ids)
+        by_task = {name: np.asarray(result.metrics[name]).tolist()
+                   for name in ("rewards_by_task",) if name in result.metrics}
+        self.writer.append(result.population, result.metrics["fitness"], result.metrics,
+                           wall_time_s, task_ids=result.rewards.task_ids, **by_task)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,10 +100,12 @@ class ESRule(Rule):
     population_size: int
     adapters: lora.Settings | None = None  # es.scope=lora: the adapters trained.
     adapter_key: jax.Array | None = None  # Draws the adapters' A.
+    task_normalised: bool = False  # es.task_normalised: per-task z-scored fitness.
 
     @property
-    def search_members(self) -> int:
-        return self.population_size
+    def search_members(self) -> int | None:
+        # Per-task fitness needs every member on the same tasks: episodes, not a search.
+        return None if self.task_normalised else self.population_size
 
     def init(self, params: PyTree) -> es.ESState:
         # A copy: ``tell`` consumes the state, and the caller's model keeps its params.
@@ -115,8 +120,12 @@ class ESRule(Rule):
         rewards = source.rewards(dataclasses.replace(model, params=state.params), population,
                                  int(state.generation), key, trajectory_path)
         flops = forward_flops(state.params, rewards.metrics.get("forward_tokens", 0.0))
-        state, metrics = self.strategy.tell(state, population, rewards.rewards)
-        return state, StepResult(population, rewards, {**metrics, "flops": flops})
+        told = dict(fitness=rewards.rewards)
+        if self.task_normalised:
+            told = dict(fitness=es.fitness.task_normalised(rewards.by_task),
+                        rewards_by_task=rewards.by_task)
+        state, metrics = self.strategy.tell(state, population, told["fitness"])
+        return state, StepResult(population, rewards, {**metrics, **told, "flops": flops})
 
     def check_params(self, params: PyTree) -> None:
         """Raises ValueError if ``es.scope`` selects no parameter leaf, or if
@@ -145,4 +154,5 @@ def make(config: Any) -> ESRule:
                 if options.scope == "lora" else None)
     return ESRule(make_strategy(config), config_lib.run_key(config), options.scope,
                   options.population_size, adapters,
-                  config_lib.stream_key(config, config_lib.ADAPTER_STREAM))
+                  config_lib.stream_key(config, config_lib.ADAPTER_STREAM),
+                  options.task_normalised)
