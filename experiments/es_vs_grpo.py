@@ -30,7 +30,9 @@ FLOPs and seconds (the smaller whole run's total): a seed-level t-interval on th
 differences (``minus_grpo_seed_t95``, at equal FLOPs), the bootstrap, the signs, areas
 under the curves and the budget to reach ``--threshold``. Written to ``table.md`` /
 ``table.json`` with plots ``success.png`` and ``curves.png`` in ``--results`` (default:
-the workdir), and printed.
+the workdir), and printed. ``--methods`` runs some of the fixed-budget methods, in its
+order (a session that must finish a GRPO run starts with ``--methods=grpo``); the table
+then covers those, and the whole grid's command with ``--table_only`` rebuilds it.
 
   python -m experiments.es_vs_grpo --horizons=2,4,6 --seeds=0,1,2 --compute_matched \
       --workdir=workdirs/es_vs_grpo --results=experiments/results/es_vs_grpo
@@ -50,6 +52,9 @@ METHODS = ("es", "grpo", "es_constant", "es_compute")
 _CONFIG = launch.define_config("experiments/configs/cpu_default.py",
                                "Config shared by every run.")
 _HORIZONS = flags.DEFINE_list("horizons", ["2", "4", "6"], "Blanks (= turns) per board.")
+_METHODS = flags.DEFINE_list("methods", ["es", "es_constant", "grpo"], "The fixed-budget "
+                             "methods to run, in this order (e.g. grpo first in a session: "
+                             "a GRPO run cannot be parked); the table covers these.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Run seeds.")
 _TURNS_PER_BLANK = flags.DEFINE_float("turns_per_blank", 1.0, "Turns per blank, rounded up "
                                      "per board (the reference plays three).")
@@ -104,12 +109,13 @@ def make_run(shared: training.TrainConfig, horizon: int, method: str, seed: int,
     return grid.Run(os.path.join(f"blanks{horizon}", method), seed, config)
 
 
-def grid_runs(shared: training.TrainConfig, horizons: list[int],
+def grid_runs(shared: training.TrainConfig, methods: list[str], horizons: list[int],
               seeds: list[int]) -> list[grid.Run]:
-    """Every run whose budget is fixed in advance, all checked before any compute; the
-    cheap ES runs first, so a grid cut short still has whole ES cells."""
+    """Every run of ``methods`` (in that order; by default the cheap ES runs first, so a
+    grid cut short still has whole ES cells) whose budget is fixed in advance, all checked
+    before any compute."""
     runs, problems = [], []
-    for method in ("es", "es_constant", "grpo"):
+    for method in methods:
         for horizon in horizons:
             if method == "es_constant" and horizon != _SIGMA_HORIZON.value:
                 continue
@@ -250,13 +256,18 @@ def main(argv):
         raise app.UsageError(f"the grid plays Sudoku; --config is {shared.env_name!r}")
     if _TURNS_PER_BLANK.value <= 0:
         raise app.UsageError(f"--turns_per_blank must be > 0, got {_TURNS_PER_BLANK.value}")
+    fixed_budget = _METHODS.default
+    methods = _METHODS.value
+    if not methods or set(methods) - set(fixed_budget) or len(set(methods)) < len(methods):
+        raise app.UsageError(f"--methods must be some of {fixed_budget} (es_compute comes "
+                             f"with --compute_matched), each once, got {methods}")
     horizons = _ints(_HORIZONS.value, "--horizons")
     seeds = _ints(_SEEDS.value, "--seeds")
     if _SIGMA_HORIZON.value and _SIGMA_HORIZON.value not in horizons:
         raise app.UsageError(f"--sigma_horizon={_SIGMA_HORIZON.value} is not among "
                              f"--horizons={horizons}")
     results = _RESULTS.value or _WORKDIR.value
-    runs = grid_runs(shared, horizons, seeds)
+    runs = grid_runs(shared, methods, horizons, seeds)
     outcomes = grid.run_as_flagged(runs, _WORKDIR.value, results)
     if _COMPUTE_MATCHED.value:
         matched = compute_matched_runs(shared, horizons, seeds, results)

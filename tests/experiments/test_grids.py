@@ -289,6 +289,24 @@ def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_p
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_es_vs_grpo_runs_the_methods_asked_for_in_their_order_and_refuses_others(tmp_path):
+    tiny = ("--config.model.name=tiny", "--config.run.generations=1",
+            "--config.run.eval_every=1", "--config.es.population_size=4",
+            "--config.eval.size=4", "--horizons=1", "--sigma_horizon=0", "--seeds=0")
+    for methods in ("es_compute", "grpo,grpo", ""):
+        refused = run_module("experiments.es_vs_grpo", *tiny, f"--methods={methods}",
+                             f"--workdir={tmp_path / 'refused'}")
+        assert refused.returncode != 0 and "--methods must be" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+    result = run_module("experiments.es_vs_grpo", *tiny, "--methods=grpo,es",
+                        f"--workdir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    started = [line.split(": ")[-1] for line in result.stderr.splitlines() if "] run " in line]
+    assert started == [str(tmp_path / "blanks1" / m / "seed0") for m in ("grpo", "es")]
+    rows = json.loads((tmp_path / "table.json").read_text())["rows"]
+    assert [r["method"] for r in rows] == ["es", "grpo"]  # The table keeps its order.
+
+
 def test_compute_matching_buys_the_generations_the_undisturbed_step_times_give(tmp_path):
     directories = {}
     for method, step_times in (("grpo", [10.0, 10.0, 500.0]), ("es", [2.0, 2.5, 60.0])):
