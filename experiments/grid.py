@@ -109,14 +109,35 @@ def unpark(result_dir: str, run_dir: str) -> None:
         copy_results(result_dir, run_dir)
 
 
-def remember_base_evaluation(base_evaluations: dict[str, dict], run: Run,
-                             results: str) -> None:
-    """Keeps a finished run's generation-0 evaluation for the later runs of its
+def remember_base_evaluation(base_evaluations: dict[str, dict], name: str,
+                             config: training.TrainConfig, results: str) -> None:
+    """Keeps finished run ``name``'s generation-0 evaluation for the later runs of its
     ``base_evaluation_fingerprint`` (the first such run's, marked ``reused_from``)."""
-    first = evaluations(os.path.join(results, run.name))[0]
+    first = evaluations(os.path.join(results, name))[0]
     if first["generation"] == 0:
-        base_evaluations.setdefault(config_lib.base_evaluation_fingerprint(run.config),
-                                    {"reused_from": run.name, **first})
+        base_evaluations.setdefault(config_lib.base_evaluation_fingerprint(config),
+                                    {"reused_from": name, **first})
+
+
+def finished_runs(results: str) -> list[tuple[str, training.TrainConfig]]:
+    """Every finished run under ``results``, at any depth and in any grid, as (its path
+    relative to ``results``, its config); a run whose config this code no longer reads
+    is left out."""
+    found = []
+    for directory, subdirectories, _ in os.walk(results):
+        subdirectories.sort()
+        if not is_finished(directory):
+            continue
+        subdirectories.clear()
+        with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
+            values = json.load(f)
+        try:
+            config = training.TrainConfig.from_dict(values)
+        except ValueError as error:
+            logging.info("not sharing %s's evaluation: %s", directory, error)
+            continue
+        found.append((os.path.relpath(directory, results), config))
+    return found
 
 
 def failed(outcome: str) -> bool:
@@ -131,9 +152,10 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
     outcome.
 
     Runs share one loaded model per distinct ``model`` section, and the untrained model's
-    evaluation: a run whose ``base_evaluation_fingerprint`` a finished run has (tuning
-    points of one seed; ES and GRPO of one seed and horizon) logs that run's
-    generation-0 evaluation instead of repeating it. A parked run (``park``) resumes
+    evaluation: a run whose ``base_evaluation_fingerprint`` a finished run under
+    ``results`` has (tuning points of one seed; ES and GRPO of one seed and horizon),
+    whether or not that run is in ``runs``, logs that run's generation-0 evaluation
+    instead of repeating it. A parked run (``park``) resumes
     from its parked files. A run that raises is
     recorded in ``<results>/<run>/failure.txt`` (its traceback) and the others go on;
     rerunning the grid retries it.
@@ -143,9 +165,8 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
     """
     outcomes, loaded = {}, {}
     base_evaluations = {}  # fingerprint -> a finished run's generation-0 eval record
-    for run in runs:
-        if is_finished(os.path.join(results, run.name)):
-            remember_base_evaluation(base_evaluations, run, results)
+    for name, config in finished_runs(results):
+        remember_base_evaluation(base_evaluations, name, config, results)
     with contextlib.redirect_stdout(sys.stderr):
         for index, run in enumerate(runs):
             result_dir = os.path.join(results, run.name)
@@ -167,7 +188,7 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
                 train(run.config, run_dir, model=loaded[key],
                       base_evaluation=base_evaluations.get(fingerprint))
                 copy_results(run_dir, result_dir)
-                remember_base_evaluation(base_evaluations, run, results)
+                remember_base_evaluation(base_evaluations, run.name, run.config, results)
                 failure = os.path.join(result_dir, FAILURE_FILE)
                 if os.path.exists(failure):
                     os.remove(failure)
