@@ -1,12 +1,15 @@
 """Learning curves of finished runs, and two methods compared along them.
 
 A run's curve is its held-out success at each evaluation, against the training budget
-spent before it: episodes played, estimated training FLOPs (the rules' ``flops``) and
+spent before it: episodes played, estimated training FLOPs (the rules' ``flops``),
 training seconds (the generations' wall time; evaluations cost every method the same and
-are left out). Two methods run on the same seed compare at a common budget on one of
-these axes, the smaller of the two whole runs' totals: each method's success is that of
-its last evaluation within the budget (``at_budget``: no extrapolation, no
-interpolation), so neither is credited with a point it did not reach.
+are left out) and, for runs whose generations recorded their machine's probe time
+(``training.machine``), probe units: each generation's seconds divided by its machine's
+probe seconds, which puts runs timed on machines of different speeds on one clock. Two
+methods run on the same seed compare at a common budget on one of these axes, the
+smaller of the two whole runs' totals: each method's success is that of its last
+evaluation within the budget (``at_budget``: no extrapolation, no interpolation), so
+neither is credited with a point it did not reach.
 
 Across seeds the primary statistic is a seed-level t-interval on the per-seed paired
 differences (``seed_t_interval``); the hierarchical bootstrap over seeds then puzzles
@@ -27,7 +30,8 @@ from experiments import grid
 
 pyplot = grid.pyplot  # grid chose the Agg backend
 
-AXES = ("episodes", "flops", "seconds")
+AXES = ("episodes", "flops", "seconds")  # every run's curve has these
+COMPARED = (*AXES, "probe_units")  # probe units only where both runs were probed
 
 
 def episodes_per_generation(config: dict) -> int:
@@ -40,20 +44,43 @@ def episodes_per_generation(config: dict) -> int:
 
 def curve(directory: str) -> list[dict[str, Any]]:
     """A finished run's points: at each evaluation its ``generation``, the ``episodes``,
-    ``flops`` and ``seconds`` of training before it, ``success`` and the per-episode
+    ``flops``, ``seconds`` and ``probe_units`` (None unless every generation recorded its
+    machine's ``probe_s``) of training before it, ``success`` and the per-episode
     ``solved`` outcomes (with ``task_ids``)."""
     with open(os.path.join(directory, "config.json"), encoding="utf-8") as f:
         per_generation = episodes_per_generation(json.load(f))
     records = grid.train_records(directory)
     flops = np.cumsum([0.0] + [r.get("flops", np.nan) for r in records])
     seconds = np.cumsum([0.0] + [r["wall_time_s"] for r in records])
+    probe_units = (np.cumsum([0.0] + [r["wall_time_s"] / r["probe_s"] for r in records])
+                   if all("probe_s" in r for r in records) else None)
     evaluations = [r for r in grid.metrics.read_metrics(
         os.path.join(directory, "metrics.jsonl")) if r["kind"] == "eval"]
     return [dict(generation=e["generation"], episodes=e["generation"] * per_generation,
                  flops=float(flops[e["generation"]]),
-                 seconds=float(seconds[e["generation"]]), success=e["success_rate"],
-                 solved=e["episode_solved"], task_ids=e["episode_task_ids"])
+                 seconds=float(seconds[e["generation"]]),
+                 probe_units=None if probe_units is None else float(
+                     probe_units[e["generation"]]),
+                 success=e["success_rate"], solved=e["episode_solved"],
+                 task_ids=e["episode_task_ids"])
             for e in evaluations]
+
+
+def machines(directory: str) -> set[str] | None:
+    """The machines a finished run's generations ran on (None unless every generation
+    recorded its ``machine``)."""
+    records = grid.train_records(directory)
+    if not all("machine" in r for r in records):
+        return None
+    return {r["machine"] for r in records}
+
+
+def on_one_machine(first: str, second: str) -> bool:
+    """Whether every generation of both finished runs ran on one machine (False where a
+    run did not record its machines)."""
+    first_machines, second_machines = machines(first), machines(second)
+    return (first_machines is not None and second_machines is not None
+            and len(first_machines | second_machines) == 1)
 
 
 def at_budget(points: Sequence[dict], axis: str, budget: float) -> dict:
@@ -122,18 +149,21 @@ def plot(rows: Sequence[dict], path: str, title: str) -> None:
 def compare(method: Sequence[Sequence[dict]], baseline: Sequence[Sequence[dict]],
             axis: str, threshold: float) -> dict[str, Any] | None:
     """``method`` − ``baseline`` over paired seeds' curves at their common budget on
-    ``axis``: per-seed differences, their mean, the seed-level t-interval (``t95``), the
-    hierarchical bootstrap (``bootstrap95``), the signs, each method's area under the
-    curve up to the budget and the budget each needs to reach ``threshold``. None when the
-    seeds' puzzles differ."""
+    ``axis``, over the pairs whose curves both have ``axis`` (``seeds``): per-seed
+    differences, their mean, the seed-level t-interval (``t95``), the hierarchical
+    bootstrap (``bootstrap95``), the signs, each method's area under the curve up to the
+    budget and the budget each needs to reach ``threshold``. None when no pair has
+    ``axis`` or the seeds' puzzles differ."""
     pairs = [(at_budget(m, axis, b), at_budget(g, axis, b), m, g) for m, g in
-             zip(method, baseline) for b in [common_budget(m, g, axis)]]
-    if any(m["task_ids"] != g["task_ids"] for m, g, _, _ in pairs):
+             zip(method, baseline) if m[-1][axis] is not None and g[-1][axis] is not None
+             for b in [common_budget(m, g, axis)]]
+    if not pairs or any(m["task_ids"] != g["task_ids"] for m, g, _, _ in pairs):
         return None
     differences = [m["success"] - g["success"] for m, g, _, _ in pairs]
     budgets = [common_budget(m, g, axis) for _, _, m, g in pairs]
     return dict(
-        budget=budgets, differences=differences, mean=float(np.mean(differences)),
+        seeds=len(pairs), budget=budgets, differences=differences,
+        mean=float(np.mean(differences)),
         t95=seed_t_interval(differences),
         bootstrap95=list(grid.bootstrap_difference(
             [np.asarray(m["solved"], np.float64) for m, _, _, _ in pairs],

@@ -26,9 +26,11 @@ final success with a 95% hierarchical bootstrap interval (resample seeds, then p
 within each seed, the same for both methods). Along the learning curves
 (``experiments.curves``: held-out success at each evaluation against episodes, estimated
 FLOPs and training seconds), ES rows compare with GRPO seed by seed at equal episodes,
-FLOPs and seconds (the smaller whole run's total): a seed-level t-interval on the paired
-differences (``minus_grpo_seed_t95``, at equal FLOPs), the bootstrap, the signs, areas
-under the curves and the budget to reach ``--threshold``. Written to ``table.md`` /
+FLOPs, seconds and probe units (the smaller whole run's total; probe units divide each
+generation's seconds by its machine's probe time, for seeds whose runs both recorded it,
+and the seconds row counts the seeds whose two runs ran on one machine): a seed-level
+t-interval on the paired differences (``minus_grpo_seed_t95``, at equal FLOPs), the
+bootstrap, the signs, areas under the curves and the budget to reach ``--threshold``. Written to ``table.md`` /
 ``table.json`` with plots ``success.png`` and ``curves.png`` in ``--results`` (default:
 the workdir), and printed. ``--methods`` runs some of the fixed-budget methods, in its
 order (a session that must finish a GRPO run starts with ``--methods=grpo``); the table
@@ -178,17 +180,19 @@ def tabulate(runs: list[grid.Run], outcomes: dict[str, str], results: str) -> li
 
 def along_curves(directories: list[str], grpo: list[str]) -> dict:
     """ES − GRPO along the learning curves of the seeds both finished, at equal episodes,
-    FLOPs and seconds (``curves.compare``); ``minus_grpo_seed_t95`` is the seed-level
-    interval at equal FLOPs."""
+    FLOPs, seconds and probe units (``curves.compare``); ``minus_grpo_seed_t95`` is the
+    seed-level interval at equal FLOPs; ``one_machine_seeds`` counts the seeds whose two
+    runs ran on one machine (where equal seconds need no probe)."""
     pairs = [(d, g) for d in directories for g in grpo
              if os.path.basename(d) == os.path.basename(g)]
     if not pairs:
-        return dict(minus_grpo_seed_t95=None, along_curves=None)
+        return dict(minus_grpo_seed_t95=None, along_curves=None, one_machine_seeds=0)
     es_curves, grpo_curves = ([curves.curve(d) for d in side] for side in zip(*pairs))
     compared = {axis: curves.compare(es_curves, grpo_curves, axis, _THRESHOLD.value)
-                for axis in curves.AXES}
+                for axis in curves.COMPARED}
     flops = compared["flops"]
-    return dict(minus_grpo_seed_t95=flops and flops["t95"], along_curves=compared)
+    return dict(minus_grpo_seed_t95=flops and flops["t95"], along_curves=compared,
+                one_machine_seeds=sum(curves.on_one_machine(d, g) for d, g in pairs))
 
 
 def _interval(interval: list[float] | None) -> str:
@@ -198,23 +202,26 @@ def _interval(interval: list[float] | None) -> str:
 def _budget_text(values: list[float | None], axis: str) -> str:
     if any(v is None for v in values):
         return f"{sum(v is not None for v in values)}/{len(values)} reached"
-    return f"{np.mean(values):.3g}" if axis != "seconds" else f"{np.mean(values):.0f}"
+    return f"{np.mean(values):.0f}" if axis in ("seconds", "probe_units") else (
+        f"{np.mean(values):.3g}")
 
 
 def curves_markdown(rows: list[dict], threshold: float) -> str:
     """ES − GRPO at equal episodes, FLOPs and seconds, with areas under the curves and
     the budgets needed to reach ``threshold``."""
-    lines = ["| blanks | method | budget | common budget (mean) | ES − GRPO (mean) | "
+    lines = ["| blanks | method | budget | seeds | common budget (mean) | ES − GRPO (mean) | "
              "seed-level t 95% | bootstrap 95% | seeds better / tied / worse | "
              "AUC ES vs GRPO | budget to reach the threshold ES vs GRPO |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for axis, c in (r.get("along_curves") or {}).items():
             if c is None:
                 continue
             signs = c["signs"]
+            seeds = (f"{c['seeds']} ({r['one_machine_seeds']} on one machine)"
+                     if axis == "seconds" else f"{c['seeds']}")
             lines.append(
-                f"| {r['horizon']} | {r['method']} | {axis} | "
+                f"| {r['horizon']} | {r['method']} | {axis} | {seeds} | "
                 f"{_budget_text(c['budget'], axis)} | {c['mean']:+.3f} | "
                 f"{_interval(c['t95'])} | {_interval(c['bootstrap95'])} | "
                 f"{signs['better']} / {signs['tied']} / {signs['worse']} | "
@@ -226,7 +233,9 @@ def curves_markdown(rows: list[dict], threshold: float) -> str:
             "totals, each at its last held-out evaluation within it; FLOPs are the estimates "
             "each run recorded (GRPO's count remat's recomputed forward pass in runs from "
             "2026-12-05 on), seconds the training generations' wall time (evaluations left "
-            "out).\n")
+            "out), probe units those seconds each divided by the probe time its machine "
+            "recorded (training.machine; runs from 2026-12-07 on), over the seeds whose two "
+            "runs both recorded it.\n")
 
 
 def table_markdown(rows: list[dict]) -> str:

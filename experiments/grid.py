@@ -147,9 +147,15 @@ def failed(outcome: str) -> bool:
 
 def run_all(runs: Sequence[Run], workdir: str, results: str,
             train: Callable[..., Any] = training.train,
-            run_missing: bool = True) -> dict[str, str]:
+            run_missing: bool = True,
+            describe_machine: Callable[[], dict] = training.machine.describe
+            ) -> dict[str, str]:
     """Runs every run not finished yet (none when not ``run_missing``); returns each run's
     outcome.
+
+    Before each run it trains, the grid describes the machine (``describe_machine``:
+    which one, how fast it is now) and the run records that in each generation's metrics
+    line, so runs' wall times taken on different machines can be told apart and compared.
 
     Runs share one loaded model per distinct ``model`` section, and the untrained model's
     evaluation: a run whose ``base_evaluation_fingerprint`` a finished run under
@@ -186,7 +192,8 @@ def run_all(runs: Sequence[Run], workdir: str, results: str,
                 unpark(result_dir, run_dir)
                 fingerprint = config_lib.base_evaluation_fingerprint(run.config)
                 train(run.config, run_dir, model=loaded[key],
-                      base_evaluation=base_evaluations.get(fingerprint))
+                      base_evaluation=base_evaluations.get(fingerprint),
+                      machine=describe_machine())
                 copy_results(run_dir, result_dir)
                 remember_base_evaluation(base_evaluations, run.name, run.config, results)
                 failure = os.path.join(result_dir, FAILURE_FILE)

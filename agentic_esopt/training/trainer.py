@@ -120,7 +120,8 @@ def reused_evaluation(record: dict) -> dict:
 def train(config: TrainConfig, workdir: str, *,
           generate: agents.rollout.Generate = models.generate,
           model: models.Model | None = None,
-          base_evaluation: dict | None = None) -> TrainResult:
+          base_evaluation: dict | None = None,
+          machine: dict | None = None) -> TrainResult:
     """Trains (or resumes training) as ``config`` says; see the module docstring.
 
     Args:
@@ -132,6 +133,9 @@ def train(config: TrainConfig, workdir: str, *,
         ``config.base_evaluation_fingerprint``, logged as this run's own instead of
         evaluating the untrained model again; its ``wall_time_s`` becomes
         ``reused_wall_time_s`` (this run spends none).
+      machine: fields added to every generation's metrics line, e.g.
+        ``training.machine.describe()`` (which machine ran it and how fast that is), so
+        that wall times taken on different machines can be compared.
 
     Returns:
       The final state and the summary.
@@ -190,7 +194,8 @@ def train(config: TrainConfig, workdir: str, *,
             wall_time_s = time.time() - began
             if recorder is not None:
                 recorder.append(result, wall_time_s)
-            record = logger.log("train", generation, train_record(result, wall_time_s))
+            record = logger.log("train", generation,
+                                {**train_record(result, wall_time_s), **(machine or {})})
             bar.set_postfix(reward=f"{record['reward_mean']:.3f}")
             bar.update()
             if is_due(generation + 1, config.run.checkpoint_every, total):

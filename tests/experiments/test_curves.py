@@ -1,5 +1,7 @@
 """Learning curves compared at equal budgets (``experiments.curves``)."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -62,3 +64,62 @@ def test_runs_on_different_puzzles_do_not_compare():
     es, grpo = points([0.0, 1.0]), points([0.0, 1.0])
     grpo[-1] = {**grpo[-1], "task_ids": ["c", "d"]}
     assert curves.compare([es], [grpo], "flops", 0.5) is None
+
+
+def write_run(directory, seconds, machines=None, probes=None):
+    """A finished ES run (G = 2, one task a generation) with one generation per entry of
+    ``seconds``, each on ``machines[i]`` with probe time ``probes[i]`` where given, and
+    evaluations before and after."""
+    directory.mkdir(parents=True)
+    config = {"rollout": {"tasks_per_generation": 1}, "rule": {"name": "es"},
+              "es": {"population_size": 2}}
+    (directory / "config.json").write_text(json.dumps(config))
+    evaluation = dict(kind="eval", success_rate=0.5, episode_solved=[1.0, 0.0],
+                      episode_task_ids=["a", "b"])
+    records = [{**evaluation, "generation": 0}]
+    for generation, wall in enumerate(seconds):
+        where = {} if machines is None else {"machine": machines[generation],
+                                             "probe_s": probes[generation]}
+        records.append(dict(kind="train", generation=generation, wall_time_s=wall, **where))
+    records.append({**evaluation, "generation": len(seconds)})
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(directory)
+
+
+def test_probe_units_put_runs_timed_on_machines_of_different_speeds_on_one_clock(tmp_path):
+    # A generation resumed on a machine twice as fast (half the probe time) takes half the
+    # seconds, and the same probe units.
+    slow_then_fast = write_run(tmp_path / "a", [10.0, 5.0], ["m1", "m2"], [2.0, 1.0])
+    points = curves.curve(slow_then_fast)
+    assert [p["seconds"] for p in points] == [0.0, 15.0]
+    assert [p["probe_units"] for p in points] == [0.0, 10.0]
+    assert curves.machines(slow_then_fast) == {"m1", "m2"}
+    unprobed = write_run(tmp_path / "b", [10.0, 10.0])
+    assert [p["probe_units"] for p in curves.curve(unprobed)] == [None, None]
+    assert curves.machines(unprobed) is None
+
+
+def test_runs_are_on_one_machine_only_when_all_their_generations_are(tmp_path):
+    first = write_run(tmp_path / "a", [1.0, 1.0], ["m1", "m1"], [1.0, 1.0])
+    same = write_run(tmp_path / "b", [1.0], ["m1"], [1.0])
+    other = write_run(tmp_path / "c", [1.0], ["m2"], [1.0])
+    unknown = write_run(tmp_path / "d", [1.0])
+    assert curves.on_one_machine(first, same)
+    assert not curves.on_one_machine(first, other)
+    assert not curves.on_one_machine(first, unknown)
+
+
+def test_an_axis_compares_only_the_seeds_whose_runs_both_have_it():
+    es = [points([0.0, 0.5, 1.0]), points([0.0, 1.0, 1.0])]
+    grpo = [points([0.0, 0.25, 0.5]), points([0.0, 0.5, 0.5])]
+    for curve in (es[0], grpo[0]):
+        for point in curve:
+            point["probe_units"] = point["seconds"] / 2
+    for curve in (es[1], grpo[1]):  # seed 1: GRPO ran before runs recorded probe times
+        for point in curve:
+            point["probe_units"] = None if curve is grpo[1] else point["seconds"]
+    compared = curves.compare(es, grpo, "probe_units", threshold=0.5)
+    assert compared["seeds"] == 1 and compared["differences"] == pytest.approx([0.5])
+    assert compared["t95"] is None  # one seed gives no interval
+    assert curves.compare(es, grpo, "seconds", threshold=0.5)["seeds"] == 2
+    assert curves.compare(es[1:], grpo[1:], "probe_units", threshold=0.5) is None

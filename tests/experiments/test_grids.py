@@ -24,7 +24,7 @@ def fake_train(successes: dict[int, tuple[float, float]], failing_seeds=()):
     """A stand-in for ``training.train`` writing a finished run's result files."""
     calls = []
 
-    def train(config, workdir, model=None, base_evaluation=None):
+    def train(config, workdir, model=None, base_evaluation=None, machine=None):
         del model
         calls.append((workdir, base_evaluation))
         if config.run.seed in failing_seeds:
@@ -33,7 +33,8 @@ def fake_train(successes: dict[int, tuple[float, float]], failing_seeds=()):
         os.makedirs(workdir, exist_ok=True)
         records = [dict(kind="eval", generation=0, success_rate=before, mean_reward=before,
                         episode_task_ids=["a", "b"], episode_solved=[before, before]),
-                   dict(kind="train", generation=0, reward_std=0.0, wall_time_s=1.0),
+                   dict(kind="train", generation=0, reward_std=0.0, wall_time_s=1.0,
+                        **(machine or {})),
                    dict(kind="eval", generation=1, success_rate=after, mean_reward=after,
                         episode_task_ids=["a", "b"], episode_solved=[after, after])]
         with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
@@ -58,6 +59,9 @@ def test_a_grid_reuses_finished_runs_records_failures_and_retries_them(tmp_path,
     assert "seed 1 broke" in (tmp_path / "results/point/seed1/failure.txt").read_text()
     assert sorted(os.listdir(tmp_path / "results/point/seed0")) == [
         "config.json", "metrics.jsonl", "summary.json"]
+    # Each run records the machine it ran on and the machine's probe time.
+    timed = grid.train_records(str(tmp_path / "results/point/seed0"))[0]
+    assert timed["machine"] == training.machine.machine_id() and timed["probe_s"] > 0
     train, calls = fake_train({0: (0.0, 0.5), 1: (0.0, 1.0), 2: (0.5, 0.5)})
     assert grid.run_all(runs, workdir, results, train, run_missing=False) == {
         "point/seed0": "ok", "point/seed1": grid.NOT_RUN, "point/seed2": "ok"}
@@ -284,7 +288,9 @@ def test_contract_es_vs_grpo_command_gives_seed_finals_and_the_es_interval(tmp_p
     assert all(p["flops"] > 0 and p["seconds"] > 0 for p in es["curve"][1:] + grpo["curve"][1:])
     low, high = es["minus_grpo_seed_t95"]
     assert low <= es["along_curves"]["flops"]["mean"] <= high
-    assert sorted(es["along_curves"]) == ["episodes", "flops", "seconds"]
+    assert sorted(es["along_curves"]) == ["episodes", "flops", "probe_units", "seconds"]
+    # Both seeds' ES and GRPO runs ran here, recording this machine and its probe time.
+    assert es["one_machine_seeds"] == 2 and es["along_curves"]["probe_units"]["seeds"] == 2
     config = json.loads((tmp_path / "blanks1/es/seed0/config.json").read_text())
     assert config["rollout"]["max_turns"] == 3 and config["run"]["generations"] == 4
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"

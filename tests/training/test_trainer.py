@@ -29,10 +29,13 @@ def restore_final(workdir, config):
                                             models.load("tiny").params)
 
 
+MACHINE = {"machine": "boot-1", "probe_s": 0.25}
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("run"))
-    return workdir, training.train(CONFIG, workdir)
+    return workdir, training.train(CONFIG, workdir, machine=MACHINE)
 
 
 def test_run_moves_params_and_the_history_replays_them_bitwise(finished):
@@ -66,6 +69,8 @@ def test_run_writes_every_record(finished):
         # the rollout's time.
         assert record["env_steps"] == 8
         assert 0 < record["policy_s"] <= record["rollout_s"] <= record["wall_time_s"]
+        assert {k: record[k] for k in MACHINE} == MACHINE  # which machine timed it
+    assert not any("machine" in r for r in logged if r["kind"] == "eval")
     for generation in range(3):
         episodes = agents.read_trajectories(files.train_trajectories(generation))
         assert len(episodes) == 4 * 2 and {e.generation for e in episodes} == {generation}
