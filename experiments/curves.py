@@ -9,7 +9,10 @@ probe seconds, which puts runs timed on machines of different speeds on one cloc
 methods run on the same seed compare at a common budget on one of these axes, the
 smaller of the two whole runs' totals: each method's success is that of its last
 evaluation within the budget (``at_budget``: no extrapolation, no interpolation), so
-neither is credited with a point it did not reach.
+neither is credited with a point it did not reach. A run evaluated long before the
+budget and just past it is then read at the earlier point, so each comparison also gives
+the ``bracket`` the evaluations allow: the difference with the baseline credited with its
+next evaluation and with the method credited with its own.
 
 Across seeds the primary statistic is a seed-level t-interval on the per-seed paired
 differences (``seed_t_interval``); the hierarchical bootstrap over seeds then puzzles
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,6 +93,11 @@ def at_budget(points: Sequence[dict], axis: str, budget: float) -> dict:
     return within[-1] if within else points[0]
 
 
+def at_or_beyond(points: Sequence[dict], axis: str, budget: float) -> dict:
+    """The first point whose ``axis`` reaches ``budget`` (the last point if none does)."""
+    return next((p for p in points if p[axis] >= budget * (1 - 1e-9)), points[-1])
+
+
 def common_budget(first: Sequence[dict], second: Sequence[dict], axis: str) -> float:
     """The budget both whole runs reached on ``axis``: the smaller of their totals."""
     return min(first[-1][axis], second[-1][axis])
@@ -146,14 +154,34 @@ def plot(rows: Sequence[dict], path: str, title: str) -> None:
     pyplot.close(figure)
 
 
+def _differences(values: Sequence[float]) -> dict[str, Any]:
+    return dict(differences=list(values), mean=float(np.mean(values)),
+                t95=seed_t_interval(values))
+
+
+def bracket(method: Sequence[Sequence[dict]], baseline: Sequence[Sequence[dict]],
+            axis: str, budgets: Sequence[float]) -> dict[str, dict]:
+    """What each pair's evaluations allow the difference at its budget to be:
+    ``baseline_credited`` reads the baseline at its first evaluation at or beyond the
+    budget and the method at its last within it, ``method_credited`` the reverse (each:
+    per-seed ``differences``, ``mean``, ``t95``). Where neither curve falls between
+    evaluations, the difference at the budget lies between the two; they lie far apart
+    where a run was evaluated just past the budget and long before it."""
+    def read(method_at: Callable, baseline_at: Callable) -> dict[str, Any]:
+        return _differences([method_at(m, axis, b)["success"] - baseline_at(g, axis, b)[
+            "success"] for m, g, b in zip(method, baseline, budgets)])
+    return dict(baseline_credited=read(at_budget, at_or_beyond),
+                method_credited=read(at_or_beyond, at_budget))
+
+
 def compare(method: Sequence[Sequence[dict]], baseline: Sequence[Sequence[dict]],
             axis: str, threshold: float) -> dict[str, Any] | None:
     """``method`` − ``baseline`` over paired seeds' curves at their common budget on
     ``axis``, over the pairs whose curves both have ``axis`` (``seeds``): per-seed
     differences, their mean, the seed-level t-interval (``t95``), the hierarchical
     bootstrap (``bootstrap95``), the signs, each method's area under the curve up to the
-    budget and the budget each needs to reach ``threshold``. None when no pair has
-    ``axis`` or the seeds' puzzles differ."""
+    budget, the budget each needs to reach ``threshold`` and the ``bracket`` the
+    evaluations allow. None when no pair has ``axis`` or the seeds' puzzles differ."""
     pairs = [(at_budget(m, axis, b), at_budget(g, axis, b), m, g) for m, g in
              zip(method, baseline) if m[-1][axis] is not None and g[-1][axis] is not None
              for b in [common_budget(m, g, axis)]]
@@ -162,9 +190,9 @@ def compare(method: Sequence[Sequence[dict]], baseline: Sequence[Sequence[dict]]
     differences = [m["success"] - g["success"] for m, g, _, _ in pairs]
     budgets = [common_budget(m, g, axis) for _, _, m, g in pairs]
     return dict(
-        seeds=len(pairs), budget=budgets, differences=differences,
-        mean=float(np.mean(differences)),
-        t95=seed_t_interval(differences),
+        seeds=len(pairs), budget=budgets, **_differences(differences),
+        bracket=bracket([m for _, _, m, _ in pairs], [g for _, _, _, g in pairs], axis,
+                        budgets),
         bootstrap95=list(grid.bootstrap_difference(
             [np.asarray(m["solved"], np.float64) for m, _, _, _ in pairs],
             [np.asarray(g["solved"], np.float64) for _, g, _, _ in pairs])),

@@ -211,8 +211,9 @@ def curves_markdown(rows: list[dict], threshold: float) -> str:
     the budgets needed to reach ``threshold``."""
     lines = ["| blanks | method | budget | seeds | common budget (mean) | ES − GRPO (mean) | "
              "seed-level t 95% | bootstrap 95% | seeds better / tied / worse | "
+             "bracket: GRPO, ES credited with its next evaluation | "
              "AUC ES vs GRPO | budget to reach the threshold ES vs GRPO |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for axis, c in (r.get("along_curves") or {}).items():
             if c is None:
@@ -225,6 +226,9 @@ def curves_markdown(rows: list[dict], threshold: float) -> str:
                 f"{_budget_text(c['budget'], axis)} | {c['mean']:+.3f} | "
                 f"{_interval(c['t95'])} | {_interval(c['bootstrap95'])} | "
                 f"{signs['better']} / {signs['tied']} / {signs['worse']} | "
+                f"{c['bracket']['baseline_credited']['mean']:+.3f} "
+                f"{_interval(c['bracket']['baseline_credited']['t95'])}, "
+                f"{c['bracket']['method_credited']['mean']:+.3f} | "
                 f"{np.mean(c['auc']):.3f} vs {np.mean(c['baseline_auc']):.3f} | "
                 f"{_budget_text(c['to_threshold'], axis)} vs "
                 f"{_budget_text(c['baseline_to_threshold'], axis)} |")
@@ -235,7 +239,10 @@ def curves_markdown(rows: list[dict], threshold: float) -> str:
             "2026-12-05 on), seconds the training generations' wall time (evaluations left "
             "out), probe units those seconds each divided by the probe time its machine "
             "recorded (training.machine; runs from 2026-12-07 on), over the seeds whose two "
-            "runs both recorded it.\n")
+            "runs both recorded it. The bracket reads GRPO at its first evaluation at or "
+            "beyond the budget and ES at its last within it (mean, seed-level t 95%), then "
+            "the reverse: where neither curve falls between evaluations the difference at "
+            "the budget lies between the two.\n")
 
 
 def table_markdown(rows: list[dict]) -> str:

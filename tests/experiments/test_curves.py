@@ -123,3 +123,17 @@ def test_an_axis_compares_only_the_seeds_whose_runs_both_have_it():
     assert compared["t95"] is None  # one seed gives no interval
     assert curves.compare(es, grpo, "seconds", threshold=0.5)["seeds"] == 2
     assert curves.compare(es[1:], grpo[1:], "probe_units", threshold=0.5) is None
+
+
+def test_the_bracket_credits_each_method_in_turn_with_its_next_evaluation():
+    # ES runs to 30 FLOPs; GRPO is evaluated at 0 and 40: at the common budget (30) GRPO
+    # reads its untrained 0.0, and credited with its next evaluation, 0.75.
+    es = [points([0.0, 0.25, 0.5, 0.625])]
+    grpo = [[dict(p, flops=40.0 * i) for i, p in enumerate(points([0.0, 0.75]))]]
+    compared = curves.compare(es, grpo, "flops", threshold=0.5)
+    assert compared["budget"] == [30.0] and compared["differences"] == [0.625]
+    bracket = compared["bracket"]
+    assert bracket["baseline_credited"]["differences"] == [0.625 - 0.75]
+    assert bracket["method_credited"]["differences"] == [0.625]  # ES's last point is 30
+    assert curves.at_or_beyond(grpo[0], "flops", 30.0)["success"] == 0.75
+    assert curves.at_or_beyond(grpo[0], "flops", 50.0)["success"] == 0.75  # none: the last
