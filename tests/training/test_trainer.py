@@ -160,7 +160,8 @@ def test_evaluation_in_batches_of_tasks_plays_the_same_episodes(finished):
 def test_a_run_with_tasks_in_batches_ends_the_same(finished, tmp_path):
     workdir, result = finished
     batched = training.train(CONFIG.replace(rollout=dict(batch_size=1),
-                                            eval=dict(batch_size=1)), str(tmp_path))
+                                            eval=dict(batch_size=1)), str(tmp_path),
+                             machine=MACHINE)
     assert_trees_equal(batched.state, result.state)
     strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rs]
     assert strip(metrics.read_metrics(tmp_path / "metrics.jsonl")) == strip(
